@@ -1,0 +1,312 @@
+/*
+ * redisync.h - distributed pthread-style synchronization primitives backed by Redis.
+ *
+ * This is the only public header of libredisync. Everything a program may rely on is
+ * declared and documented here: types, functions, error codes and their semantics.
+ *
+ * Conventions (they hold for every function below unless its comment says otherwise):
+ *
+ *  - Functions that can fail return 0 or a positive error number, like pthreads. Standard
+ *    errno values are used where one fits; the library's own codes start at 1001 (RS_E*).
+ *    rs_strerror() describes every code; rs_client_lasterror() holds a precise message
+ *    for the calling thread's last failure.
+ *  - Bad input (NULL pointers, empty names, names over RS_NAME_MAX bytes, deadlines with
+ *    tv_nsec outside 0..999999999, malformed URLs) returns EINVAL. The library never
+ *    prints, exits or aborts; it logs only through a log callback the caller installs.
+ *  - A hold belongs to the calling thread of the calling client. Every hold is a lease of
+ *    lease_ms, renewed every lease_ms/3 by the client's watchdog thread. When a hold is lost
+ *    (Redis says it is gone or taken, or no renewal was confirmed before its local deadline)
+ *    on_lost is called once from a library thread, and the holding thread's next unlock
+ *    returns RS_ELOST.
+ *  - Deadlines are absolute CLOCK_REALTIME times, as in pthread_mutex_timedlock; they are
+ *    converted to the monotonic clock on entry. A deadline already past makes one attempt.
+ *  - Handles are opaque. rs_X_destroy() frees the local handle only (Redis is untouched)
+ *    and returns EBUSY while a thread of this process holds through it; destroy(NULL) is a
+ *    no-op returning 0. A handle may be shared by all threads of the process.
+ *  - Every function is thread-safe. Blocking functions are marked "Blocks".
+ *  - After fork(), a client opened in the parent returns RS_EFORK from every call in the
+ *    child; rs_client_close() there only frees memory.
+ */
+#ifndef REDISYNC_H
+#define REDISYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RS_VERSION_MAJOR 0
+#define RS_VERSION_MINOR 1
+#define RS_VERSION_PATCH 0
+#define RS_VERSION_STRING "0.1.0"
+
+#if defined(__GNUC__) && defined(RS_BUILDING_LIBRARY)
+#define RS_API __attribute__((visibility("default")))
+#else
+#define RS_API
+#endif
+
+/* Longest accepted primitive name, in bytes (names are any bytes but NUL). */
+#define RS_NAME_MAX 512
+
+/* The library's own error codes. They are ABI: never renumbered, never reused. */
+#define RS_ELOST   1001 /* the caller's hold had been lost before this call: its lease ran out,
+                           it was taken over, or it was not renewed in time. Mutual exclusion
+                           may have been broken meanwhile. */
+#define RS_ECONN   1002 /* Redis stayed unreachable for timeout_ms during the call */
+#define RS_ESERVER 1003 /* Redis answered with an error (WRONGTYPE, NOPERM, OOM, ...); the
+                           server's text is in rs_client_lasterror() */
+#define RS_EREPL   1004 /* WAIT confirmed fewer than min_replicas replicas; the hold was undone */
+#define RS_EFORK   1005 /* the client was opened in the parent of a fork(): only close it */
+#define RS_EQUEUE  1006 /* the waiter queue of this name is full (max_waiters) */
+
+/* Log levels passed to the log callback. */
+#define RS_LOG_DEBUG 0
+#define RS_LOG_INFO  1
+#define RS_LOG_WARN  2
+#define RS_LOG_ERROR 3
+
+/* ---------------------------------------------------------------------------------------
+ * Client: one per process is typical; it is shared by all threads.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_client rs_client_t;
+
+typedef struct rs_config {
+    const char *url;        /* redis://[[user]:password@]host[:port][/db],
+                               unix:///path[?db=N],
+                               redis-sentinel://[[user]:password@]host[:port][,...]/MASTER[?db=N],
+                               redis-cluster://[[user]:password@]host[:port][,...]
+                               (docs/deployments.md). NULL: $REDISYNC_URL, else
+                               redis://127.0.0.1:6379 */
+    const char *prefix;     /* key namespace, no braces; NULL: "rs" */
+    long lease_ms;          /* lease of every hold; 0: 30000. Renewed every lease_ms/3. */
+    long timeout_ms;        /* how long Redis may stay unreachable during a call before it
+                               fails with RS_ECONN; also the connect timeout. 0: 2000 */
+    int  min_replicas;      /* > 0: confirm each acquisition (and renewal) with WAIT on
+                               its own connection; a shortfall undoes the acquisition and
+                               returns RS_EREPL. 0..1000; see docs/deployments.md */
+    long replica_timeout_ms;/* WAIT's timeout; 0: 500 */
+    unsigned max_waiters;   /* cap of one name's waiter queue; 0: 100000 */
+    void (*on_lost)(const char *kind, const char *name, void *arg);
+                            /* called once per lost hold, from a library thread; it must not
+                               block or call into the library. kind is "mutex", ... */
+    void *on_lost_arg;
+    void (*log)(int level, const char *msg, void *arg); /* NULL: the library is silent */
+    void *log_arg;
+    void *reserved[8];      /* room to grow without breaking the ABI; keep zeroed */
+} rs_config_t;
+
+/* Fills cfg with the defaults (all zero/NULL, meaning "default" as documented above). */
+RS_API void rs_config_init(rs_config_t *cfg);
+
+/* Opens a client: parses the URL, draws a random public id and a 128-bit secret
+ * (getrandom), connects once to check the address and credentials (AUTH, SELECT).
+ * cfg may be NULL (all defaults). On failure *out is NULL and rs_client_lasterror(NULL)
+ * says why. Errors: EINVAL (bad URL or config), RS_ECONN, RS_ESERVER (e.g. bad password),
+ * ENOMEM. Blocks for at most timeout_ms. */
+RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg);
+
+/* Closes the client: blocked calls on it return ECANCELED, holds it still has are released
+ * (owner-checked) in Redis, its threads and connections end, and its memory is freed.
+ * Handles may afterwards only be destroyed. NULL is a no-op. In a child after fork() it only
+ * frees memory. Blocks for at most timeout_ms. */
+RS_API int rs_client_close(rs_client_t *c);
+
+/* The calling thread's last error message (never NULL; "" when none). c may be NULL, e.g.
+ * after a failed rs_client_open. The string stays valid until the thread's next call. */
+RS_API const char *rs_client_lasterror(rs_client_t *c);
+
+/* The client's public id (16 hex digits), as shown by inspection and used in channels. */
+RS_API const char *rs_client_id(const rs_client_t *c);
+
+/* A static description of any error number (errno values included). */
+RS_API const char *rs_strerror(int err);
+
+/* The library's version string, e.g. "0.1.0" (compare RS_VERSION_* for the header's). */
+RS_API const char *rs_version(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Mutex: error-checking, not reentrant (PTHREAD_MUTEX_ERRORCHECK semantics).
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_mutex rs_mutex_t;
+
+/* Attaches *m to the mutex `name` of client c (nothing is written to Redis). EINVAL, ENOMEM. */
+RS_API int rs_mutex_init(rs_mutex_t **m, rs_client_t *c, const char *name);
+
+/* Blocks until the calling thread holds the mutex. EDEADLK if it already does (also when
+ * the hold was lost and not yet unlocked), RS_EQUEUE, RS_ECONN, RS_ESERVER, ECANCELED. */
+RS_API int rs_mutex_lock(rs_mutex_t *m);
+
+/* Takes the mutex only if it is free and nobody is queued for it: EBUSY otherwise (also when
+ * the calling thread holds it). Never queues, never blocks beyond one round trip. */
+RS_API int rs_mutex_trylock(rs_mutex_t *m);
+
+/* rs_mutex_lock with an absolute CLOCK_REALTIME deadline: ETIMEDOUT when it passes. */
+RS_API int rs_mutex_timedlock(rs_mutex_t *m, const struct timespec *abstime);
+
+/* Releases the calling thread's hold (owner-checked in Redis). 0; EPERM if this thread
+ * holds nothing here; RS_ELOST if the hold had been lost meanwhile (the hold is cleared and
+ * whoever holds the mutex now is untouched); RS_ECONN (the hold is cleared locally and
+ * expires in Redis when its lease runs out). */
+RS_API int rs_mutex_unlock(rs_mutex_t *m);
+
+/* Fencing token of the calling thread's hold, 0 if none. Every later hold of the same name
+ * gets a larger token (see the README for the limits). */
+RS_API uint64_t rs_mutex_fence(const rs_mutex_t *m);
+
+/* Milliseconds of lease left on the calling thread's hold as last confirmed by Redis;
+ * 0 if none or lost. */
+RS_API long rs_mutex_remaining(const rs_mutex_t *m);
+
+/* Sets the lease of later holds through this handle (0: the client's). EINVAL if < 0 or
+ * below 30 ms. */
+RS_API int rs_mutex_setlease(rs_mutex_t *m, long lease_ms);
+
+/* Frees the handle; EBUSY while a thread of this process holds through it. NULL: no-op. */
+RS_API int rs_mutex_destroy(rs_mutex_t *m);
+
+/* ---------------------------------------------------------------------------------------
+ * Recursive mutex: like the mutex, but the holding thread may lock it again (and must unlock
+ * as many times). The hold count is kept in Redis; the fencing token stays the same across
+ * re-entries; an unlock beyond the count returns EPERM. trylock by the holder succeeds.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_rmutex rs_rmutex_t;
+RS_API int rs_rmutex_init(rs_rmutex_t **m, rs_client_t *c, const char *name);
+RS_API int rs_rmutex_lock(rs_rmutex_t *m);
+RS_API int rs_rmutex_trylock(rs_rmutex_t *m);
+RS_API int rs_rmutex_timedlock(rs_rmutex_t *m, const struct timespec *abstime);
+RS_API int rs_rmutex_unlock(rs_rmutex_t *m);
+RS_API uint64_t rs_rmutex_fence(const rs_rmutex_t *m);
+RS_API long rs_rmutex_remaining(const rs_rmutex_t *m);
+RS_API int rs_rmutex_setlease(rs_rmutex_t *m, long lease_ms);
+RS_API int rs_rmutex_destroy(rs_rmutex_t *m);
+
+/* ---------------------------------------------------------------------------------------
+ * Read-write lock: readers share, a writer excludes all. Reentrant per thread in both modes;
+ * a thread that already holds it re-enters at once whatever is queued. Downgrade: a writer
+ * may take the read lock, then unlock (dropping the write hold) and keep reading. Upgrade
+ * (read to write) is always EDEADLK. A waiting writer blocks new readers (no starvation).
+ * Each reader's hold is its own lease.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_rwlock rs_rwlock_t;
+RS_API int rs_rwlock_init(rs_rwlock_t **rw, rs_client_t *c, const char *name);
+RS_API int rs_rwlock_rdlock(rs_rwlock_t *rw);
+RS_API int rs_rwlock_tryrdlock(rs_rwlock_t *rw);   /* EBUSY */
+RS_API int rs_rwlock_timedrdlock(rs_rwlock_t *rw, const struct timespec *abstime);
+RS_API int rs_rwlock_wrlock(rs_rwlock_t *rw);      /* EDEADLK if this thread holds only a read hold */
+RS_API int rs_rwlock_trywrlock(rs_rwlock_t *rw);   /* EBUSY; EDEADLK on an upgrade */
+RS_API int rs_rwlock_timedwrlock(rs_rwlock_t *rw, const struct timespec *abstime);
+/* Releases this thread's write hold if it has one, else one of its read holds. */
+RS_API int rs_rwlock_unlock(rs_rwlock_t *rw);
+RS_API uint64_t rs_rwlock_fence(const rs_rwlock_t *rw); /* token of this thread's write hold */
+RS_API int rs_rwlock_destroy(rs_rwlock_t *rw);
+
+/* ---------------------------------------------------------------------------------------
+ * Semaphore with leased permits. A permit is a lease held by the taking thread and renewed
+ * by the watchdog; a crashed holder's permits come back when their leases run out. Never
+ * more permits taken than the size; waiters are served in order.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_sem rs_sem_t;
+/* Creates the semaphore with `permits` if it does not exist (0: attach only, ENOENT if
+ * absent); an existing one keeps its own size. */
+RS_API int rs_sem_init(rs_sem_t **s, rs_client_t *c, const char *name, unsigned permits);
+RS_API int rs_sem_wait(rs_sem_t *s);
+RS_API int rs_sem_trywait(rs_sem_t *s);             /* EAGAIN when none is free */
+RS_API int rs_sem_timedwait(rs_sem_t *s, const struct timespec *abstime); /* ETIMEDOUT */
+RS_API int rs_sem_post(rs_sem_t *s);                /* EPERM if this thread holds none */
+RS_API int rs_sem_getvalue(rs_sem_t *s, int *value); /* permits free now */
+/* n permits at once; NULL abstime: no deadline. */
+RS_API int rs_sem_timedwait_n(rs_sem_t *s, unsigned n, const struct timespec *abstime);
+RS_API int rs_sem_post_n(rs_sem_t *s, unsigned n);
+/* Resizes; holders above a new smaller size keep theirs. */
+RS_API int rs_sem_setsize(rs_sem_t *s, unsigned permits);
+RS_API uint64_t rs_sem_fence(const rs_sem_t *s);    /* token of this thread's latest permit */
+RS_API int rs_sem_destroy(rs_sem_t *s);
+
+/* ---------------------------------------------------------------------------------------
+ * Countdown latch. Opening (count reaching 0) wakes every waiting client with one publish;
+ * an opened latch stays open (a late init cannot close it), rs_latch_rearm is the only way.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_latch rs_latch_t;
+/* Arms the latch with `count` if it has never been armed; count 0 only attaches. */
+RS_API int rs_latch_init(rs_latch_t **l, rs_client_t *c, const char *name, unsigned count);
+RS_API int rs_latch_count_down(rs_latch_t *l);     /* at 0: no-op; never armed: ENOENT */
+RS_API int rs_latch_wait(rs_latch_t *l);           /* returns once the count is 0; waits for
+                                                      arming first if not armed yet */
+RS_API int rs_latch_timedwait(rs_latch_t *l, const struct timespec *abstime); /* ETIMEDOUT */
+RS_API int rs_latch_getcount(rs_latch_t *l, unsigned *count);
+RS_API int rs_latch_rearm(rs_latch_t *l, unsigned count);
+RS_API int rs_latch_destroy(rs_latch_t *l);
+
+/* ---------------------------------------------------------------------------------------
+ * MultiLock: several mutexes taken all or nothing, by the calling thread. Parts are taken in
+ * one global order that every process computes alike (each part's key, then its server as
+ * its client's URL names it), so multilocks over overlapping sets never deadlock. Each part
+ * is an ordinary hold of its mutex: its own lease renewed by the watchdog, its own fencing
+ * token (rs_mutex_fence on the part), its own loss report. Nothing of the multilock itself
+ * is kept in Redis.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_multilock rs_multilock_t;
+/* Builds *ml over n mutex handles, which may belong to different clients (and servers). ml
+ * does not own them: they must outlive it. EINVAL for NULL, n == 0, or a mutex given twice
+ * (the same handle, or two handles of one name, prefix and server URL). ENOMEM. */
+RS_API int rs_multilock_init(rs_multilock_t **ml, rs_mutex_t *const *parts, size_t n);
+/* Blocks until the calling thread holds every part: each taken in order with a blocking
+ * lock. On an error, what was taken is released (reverse order) and the error returned;
+ * EDEADLK if this thread holds the multilock or one of its parts already. */
+RS_API int rs_multilock_lock(rs_multilock_t *ml);
+/* Takes each part with trylock; EBUSY at the first busy part, with nothing held afterwards. */
+RS_API int rs_multilock_trylock(rs_multilock_t *ml);
+/* rs_multilock_lock with one absolute CLOCK_REALTIME deadline for all parts: ETIMEDOUT,
+ * with nothing held afterwards. */
+RS_API int rs_multilock_timedlock(rs_multilock_t *ml, const struct timespec *abstime);
+/* Releases every part (reverse order). EPERM if this thread does not hold the multilock;
+ * RS_ELOST if any part had been lost (the others are released all the same); else the
+ * first other error of a part. */
+RS_API int rs_multilock_unlock(rs_multilock_t *ml);
+/* Frees the handle (never the parts); EBUSY while a thread holds through it. NULL: no-op. */
+RS_API int rs_multilock_destroy(rs_multilock_t *ml);
+
+/* ---------------------------------------------------------------------------------------
+ * Inspection, for operators and the command-line tool. Read-only except rs_force_release.
+ * kind is one of "mutex", "rmutex", "rwlock", "sem", "latch".
+ * ------------------------------------------------------------------------------------- */
+#define RS_INFO_HOLDERS 8
+typedef struct rs_info {
+    char kind[16];
+    int exists;             /* 0: nothing of this kind and name is in Redis now */
+    unsigned nholders;      /* holders now (owner threads; readers count one each) */
+    char holders[RS_INFO_HOLDERS][48]; /* acquisition ids "PUBLICID:N" of the first holders;
+                                          PUBLICID is the holder's rs_client_id() */
+    long remaining_ms;      /* lease left on the first holder's hold, -1 if none */
+    uint64_t fence;         /* fencing token of the current exclusive hold (or the latest
+                               grant), 0 if none */
+    unsigned waiters;       /* queued waiters */
+    int writer;             /* 1 if the holder holds exclusively (mutex, rmutex, rwlock
+                               writer); 0 for readers, permits and latches */
+    long size, free;        /* sem: size and free permits; -1 otherwise */
+    long count;             /* latch: count (-1 never armed); mutex, rmutex: the holder's
+                               hold count (1 for a mutex) while held; else -1 */
+    void *reserved[8];
+} rs_info_t;
+
+/* Fills out with what Redis says about the primitive (one round trip). EINVAL for an
+ * unknown kind or a bad name; RS_ECONN, RS_ESERVER. */
+RS_API int rs_inspect(rs_client_t *c, const char *kind, const char *name, rs_info_t *out);
+/* Calls each(kind, name, arg) for every primitive under the client's prefix whose name
+ * matches the glob pattern (NULL: all), using SCAN (never KEYS). A non-zero return from each
+ * stops the walk and is returned. */
+RS_API int rs_list(rs_client_t *c, const char *pattern,
+                   int (*each)(const char *kind, const char *name, void *arg), void *arg);
+/* Operators only: removes every hold of the primitive (its holders learn at their next
+ * renewal: on_lost, RS_ELOST) and wakes its first waiters as a release would. Keeps the
+ * fencing counter. 0 (also when nothing was held), EINVAL, RS_ECONN, RS_ESERVER. */
+RS_API int rs_force_release(rs_client_t *c, const char *kind, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REDISYNC_H */

@@ -1,0 +1,374 @@
+/*
+ * client.c - rs_client_t: configuration, identity, lifetime.
+ *
+ * Open parses and checks the configuration, draws the client's identity (a public id for
+ * channel names and inspection, a 128-bit secret from which owner tokens derive), and
+ * connects once so that a bad address or password fails here rather than at the first lock.
+ * The watchdog and notifier threads start lazily, at the first hold and the first wait.
+ *
+ * Lifetime: every public call brackets itself with rs__enter/rs__leave. Close marks the
+ * client closing, cancels sleeping waiters, waits for calls in progress to return, releases
+ * the holds still registered with the watchdog, stops the threads and frees what it can.
+ * Handles keep a reference on the client (rs__client_ref) so that destroying a handle after
+ * close touches no freed memory. In a child after fork() every call returns RS_EFORK and
+ * close only frees memory: the parent's holds are the parent's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+RS_API void rs_config_init(rs_config_t *cfg)
+{
+    if (cfg)
+        memset(cfg, 0, sizeof *cfg);
+}
+
+RS_API const char *rs_version(void)
+{
+    return RS_VERSION_STRING;
+}
+
+RS_API const char *rs_client_id(const rs_client_t *c)
+{
+    return c ? c->public_id : "";
+}
+
+RS_API const char *rs_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+    case RS_ELOST:
+        return "the hold had been lost (lease expired, taken over or not renewed in time)";
+    case RS_ECONN:
+        return "Redis could not be reached within timeout_ms";
+    case RS_ESERVER:
+        return "Redis answered with an error (see rs_client_lasterror)";
+    case RS_EREPL:
+        return "fewer replicas than min_replicas confirmed the acquisition; it was undone";
+    case RS_EFORK:
+        return "the client was opened before fork(); in the child it may only be closed";
+    case RS_EQUEUE:
+        return "the waiter queue of this name is full (max_waiters)";
+    }
+    const char *d = err > 0 ? strerrordesc_np(err) : NULL;
+    return d ? d : "unknown error";
+}
+
+/* fork() detection without a system call per call: every child bumps a generation. */
+static atomic_uint rs_fork_generation;
+static pthread_once_t rs_atfork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void)
+{
+    atomic_fetch_add(&rs_fork_generation, 1);
+}
+
+static void atfork_register(void)
+{
+    pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+int rs__forked(const rs_client_t *c)
+{
+    return atomic_load(&rs_fork_generation) != c->fork_generation;
+}
+
+static int random_bytes(unsigned char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(buf + got, n - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static void hex(const unsigned char *in, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int check_config(const rs_config_t *cfg)
+{
+    if (cfg->lease_ms < 0 || (cfg->lease_ms > 0 && cfg->lease_ms < 30))
+        return rs__fail(NULL, EINVAL, "lease_ms must be 0 (default) or at least 30, got %ld",
+                        cfg->lease_ms);
+    if (cfg->lease_ms > 86400000L)
+        return rs__fail(NULL, EINVAL, "lease_ms must be at most one day, got %ld", cfg->lease_ms);
+    if (cfg->timeout_ms < 0 || cfg->timeout_ms > 86400000L)
+        return rs__fail(NULL, EINVAL, "timeout_ms must be 0 (default) to one day, got %ld",
+                        cfg->timeout_ms);
+    if (cfg->replica_timeout_ms < 0 || cfg->replica_timeout_ms > 86400000L)
+        return rs__fail(NULL, EINVAL, "replica_timeout_ms must be 0 (default) to one day");
+    if (cfg->min_replicas < 0)
+        return rs__fail(NULL, EINVAL, "min_replicas must not be negative");
+    if (cfg->min_replicas > 1000)
+        return rs__fail(NULL, EINVAL, "min_replicas must be at most 1000, got %d",
+                        cfg->min_replicas);
+    if (cfg->prefix) {
+        size_t n = strlen(cfg->prefix);
+        if (n == 0 || n > RS_PREFIX_MAX)
+            return rs__fail(NULL, EINVAL, "prefix must be 1 to %d bytes", RS_PREFIX_MAX);
+        if (strpbrk(cfg->prefix, "{}"))
+            return rs__fail(NULL, EINVAL, "prefix must not contain braces (they would break "
+                                          "the hash tag of every key)");
+    }
+    return 0;
+}
+
+static void client_free(rs_client_t *c)
+{
+    if (rs__forked(c)) {
+        /* the parent's threads may have been waiting on these condition variables when it
+         * forked; glibc's pthread_cond_destroy would wait for them forever: only free. No
+         * other thread exists here, so the lists are walked without their locks. */
+        rs__watchdog_forget(c);
+        rs__notify_forget(c);
+        free(c->prefix);
+        free(c->channel_prefix);
+        free(c->channel);
+        memset(&c->ep, 0, sizeof c->ep);
+        free(c);
+        return;
+    }
+    pthread_mutex_destroy(&c->life_mu);
+    pthread_cond_destroy(&c->life_cv);
+    pthread_mutex_destroy(&c->pool_mu);
+    pthread_mutex_destroy(&c->wd.mu);
+    pthread_cond_destroy(&c->wd.cv);
+    pthread_mutex_destroy(&c->nt.mu);
+    pthread_cond_destroy(&c->nt.cv);
+    rs__topo_free(c);
+    rs__cluster_free(c);
+    free(c->prefix);
+    free(c->channel_prefix);
+    free(c->channel);
+    memset(&c->ep, 0, sizeof c->ep); /* the password */
+    free(c);
+}
+
+void rs__client_ref(rs_client_t *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+}
+
+void rs__client_unref(rs_client_t *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1)
+        client_free(c);
+}
+
+static void cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
+{
+    rs__clear_error();
+    if (!out)
+        return rs__fail(NULL, EINVAL, "out is NULL");
+    *out = NULL;
+    rs_config_t cfg;
+    if (cfg_in)
+        cfg = *cfg_in;
+    else
+        rs_config_init(&cfg);
+    int rc = check_config(&cfg);
+    if (rc)
+        return rc;
+
+    rs_client_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return rs__fail(NULL, ENOMEM, "out of memory");
+    atomic_init(&c->refs, 1);
+    pthread_mutex_init(&c->life_mu, NULL);
+    pthread_cond_init(&c->life_cv, NULL);
+    pthread_mutex_init(&c->pool_mu, NULL);
+    pthread_mutex_init(&c->wd.mu, NULL);
+    cond_init_mono(&c->wd.cv);
+    pthread_mutex_init(&c->nt.mu, NULL);
+    cond_init_mono(&c->nt.cv);
+    c->nt.fd = -1;
+
+    const char *url = cfg.url ? cfg.url : getenv("REDISYNC_URL");
+    if (!url || (!cfg.url && !*url))
+        url = "redis://127.0.0.1:6379";
+    rc = rs__url_parse(NULL, url, &c->ep);
+    if (rc)
+        goto fail;
+
+    c->lease_ms = cfg.lease_ms ? cfg.lease_ms : 30000;
+    c->timeout_ms = cfg.timeout_ms ? cfg.timeout_ms : 2000;
+    c->min_replicas = cfg.min_replicas;
+    c->replica_timeout_ms = cfg.replica_timeout_ms ? cfg.replica_timeout_ms : 500;
+    c->max_waiters = cfg.max_waiters ? cfg.max_waiters : 100000;
+    c->on_lost = cfg.on_lost;
+    c->on_lost_arg = cfg.on_lost_arg;
+    c->log = cfg.log;
+    c->log_arg = cfg.log_arg;
+    pthread_once(&rs_atfork_once, atfork_register);
+    c->fork_generation = atomic_load(&rs_fork_generation);
+
+    unsigned char rnd[24];
+    if (random_bytes(rnd, sizeof rnd) != 0) {
+        rc = rs__fail(NULL, EAGAIN, "getrandom failed: %s", strerror(errno));
+        goto fail;
+    }
+    hex(rnd, 8, c->public_id);
+    hex(rnd + 8, 16, c->secret_hex);
+    memset(rnd, 0, sizeof rnd);
+
+    const char *prefix = cfg.prefix ? cfg.prefix : "rs";
+    c->prefix = strdup(prefix);
+    c->prefix_len = strlen(prefix);
+    size_t cplen = c->prefix_len + sizeof ":client:";
+    c->channel_prefix = malloc(cplen);
+    c->channel = malloc(cplen + sizeof c->public_id);
+    if (!c->prefix || !c->channel_prefix || !c->channel) {
+        rc = rs__fail(NULL, ENOMEM, "out of memory");
+        goto fail;
+    }
+    snprintf(c->channel_prefix, cplen, "%s:client:", prefix);
+    snprintf(c->channel, cplen + sizeof c->public_id, "%s%s", c->channel_prefix, c->public_id);
+
+    /* connect once: a wrong address or password is reported now */
+    if (c->ep.mode == RS_MODE_CLUSTER)
+        rs__cluster_init(c);
+    rs_conn_t *k;
+    rc = rs__conn_get(c, rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS, &k);
+    if (rc)
+        goto fail;
+    rs__conn_put(c, k, 0);
+    if (c->ep.mode == RS_MODE_CLUSTER && (rc = rs__cluster_refresh(c, 1, c->timeout_ms)) != 0)
+        goto fail;
+    rc = rs__topo_start(c);
+    if (rc)
+        goto fail;
+    *out = c;
+    return 0;
+fail:
+    rs__topo_stop(c);
+    rs__conn_pool_free(c);
+    rs__client_unref(c);
+    return rc;
+}
+
+int rs__enter(rs_client_t *c)
+{
+    if (!c)
+        return rs__fail(NULL, EINVAL, "client is NULL");
+    if (rs__forked(c))
+        return rs__fail(c, RS_EFORK, "this client was opened before fork(); the child may only "
+                                     "close it");
+    pthread_mutex_lock(&c->life_mu);
+    int closing = atomic_load(&c->closing);
+    if (!closing)
+        c->active++;
+    pthread_mutex_unlock(&c->life_mu);
+    if (closing)
+        return rs__fail(c, ECANCELED, "the client is closed");
+    return 0;
+}
+
+void rs__leave(rs_client_t *c)
+{
+    pthread_mutex_lock(&c->life_mu);
+    if (--c->active == 0 && atomic_load(&c->closing))
+        pthread_cond_broadcast(&c->life_cv);
+    pthread_mutex_unlock(&c->life_mu);
+}
+
+/* Releases, owner-checked, every hold still registered (best effort: Redis may be gone,
+ * and then the leases simply run out). Once Redis proved unreachable, the rest are only
+ * unregistered, so close blocks for about timeout_ms at most, not once per hold. */
+static void release_all(rs_client_t *c)
+{
+    int reachable = 1;
+    while (reachable) {
+        pthread_mutex_lock(&c->wd.mu);
+        rs_lease_t *l = c->wd.head;
+        while (l && (l->waiter || l->lost))
+            l = l->next;
+        if (l)
+            atomic_fetch_add(&l->refs, 1);
+        pthread_mutex_unlock(&c->wd.mu);
+        if (!l)
+            break;
+        rs__watch_del(c, l);
+        redisReply *r = NULL;
+        int rc = l->release_op ? rs__lease_call(c, l, l->release_op, &r) : 0;
+        if (rc == 0 && r)
+            freeReplyObject(r);
+        if (rc == RS_ECONN)
+            reachable = 0;
+        rs__lease_unref(l);
+    }
+    /* what is left (lost holds) is only unregistered */
+    for (;;) {
+        pthread_mutex_lock(&c->wd.mu);
+        rs_lease_t *l = c->wd.head;
+        if (l)
+            atomic_fetch_add(&l->refs, 1);
+        pthread_mutex_unlock(&c->wd.mu);
+        if (!l)
+            return;
+        rs__watch_del(c, l);
+        rs__lease_unref(l);
+    }
+}
+
+RS_API int rs_client_close(rs_client_t *c)
+{
+    if (!c)
+        return 0;
+    if (rs__forked(c)) {
+        /* a child of fork(): the threads do not exist here and the holds are the parent's */
+        rs__conn_pool_free(c);
+        if (c->wd.ctx)
+            redisFree(c->wd.ctx);
+        c->wd.ctx = NULL;
+        c->closed = 1;
+        rs__client_unref(c);
+        return 0;
+    }
+    pthread_mutex_lock(&c->life_mu);
+    if (atomic_exchange(&c->closing, 1)) {
+        pthread_mutex_unlock(&c->life_mu);
+        return rs__fail(c, EINVAL, "the client is already closed");
+    }
+    pthread_mutex_unlock(&c->life_mu);
+    rs__notify_cancel_all(c);
+    pthread_mutex_lock(&c->life_mu);
+    while (c->active > 0)
+        pthread_cond_wait(&c->life_cv, &c->life_mu);
+    pthread_mutex_unlock(&c->life_mu);
+
+    release_all(c);
+    rs__topo_stop(c);
+    rs__watchdog_stop(c);
+    rs__notify_stop(c);
+    rs__conn_pool_free(c);
+    c->closed = 1;
+    rs__client_unref(c);
+    return 0;
+}

@@ -1,0 +1,318 @@
+/*
+ * conn.c - every hiredis connection the library opens goes through here.
+ *
+ * - rs__conn_connect: TCP or unix connect to where topology.c says (the URL's server or the
+ *   current master), bounded by a deadline (refused connects are
+ *   retried with a short back-off, so a Redis restart shorter than the deadline is
+ *   invisible), close-on-exec (the CLI's COMMAND must not inherit Redis sockets), TCP_NODELAY,
+ *   a socket timeout for later I/O, AUTH and SELECT.
+ * - A small pool of idle connections per client: callers check one out for one command and
+ *   give it back, so no library lock is held across a round trip and a context belongs to one
+ *   thread at a time (hiredis contexts are not thread-safe).
+ * - SIGPIPE: hiredis writes with write(); a write to a socket the server closed would kill
+ *   a host program that does not ignore SIGPIPE. Writes from caller threads run with SIGPIPE
+ *   blocked, and after a failed write the SIGPIPE it raised is consumed before the mask is
+ *   restored (two system calls per command on the good path).
+ */
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "internal.h"
+
+#define RS_POOL_IDLE_MAX 8
+
+void rs__sigpipe_block(sigset_t *old, int *was_blocked)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, old);
+    *was_blocked = sigismember(old, SIGPIPE);
+}
+
+void rs__sigpipe_drain(int was_blocked)
+{
+    /* Called after a failed write. If the caller had SIGPIPE unblocked, a pending SIGPIPE
+     * is ours (it would have been delivered otherwise): consume it. If it was blocked, a
+     * pending one may be the caller's: leave it, it stays blocked as they wanted. */
+    if (was_blocked)
+        return;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
+    }
+}
+
+void rs__sigpipe_restore(const sigset_t *old)
+{
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t *lens,
+                    redisReply **out)
+{
+    sigset_t old;
+    int blocked;
+    rs__sigpipe_block(&old, &blocked);
+    redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
+    if (!r)
+        rs__sigpipe_drain(blocked);
+    rs__sigpipe_restore(&old);
+    *out = r;
+    if (!r)
+        return RS_ECONN;
+    return 0;
+}
+
+int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t *lens)
+{
+    return redisAppendCommandArgv(ctx, argc, argv, lens) == REDIS_OK ? 0 : ENOMEM;
+}
+
+int rs__ctx_read(redisContext *ctx, redisReply **out)
+{
+    sigset_t old;
+    int blocked;
+    void *r = NULL;
+    rs__sigpipe_block(&old, &blocked);
+    int rc = redisGetReply(ctx, &r);
+    if (rc != REDIS_OK)
+        rs__sigpipe_drain(blocked);
+    rs__sigpipe_restore(&old);
+    *out = r;
+    return rc == REDIS_OK && r ? 0 : RS_ECONN;
+}
+
+static struct timeval ms_tv(long ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+/* AUTH and SELECT on a fresh context. 0, RS_ECONN (I/O: retry), RS_ESERVER (refused). */
+static int handshake(rs_client_t *c, redisContext *ctx, const char *where, int *transient)
+{
+    const rs_endpoint_t *ep = &c->ep;
+    redisReply *r;
+    *transient = 0;
+    if (ep->has_pass) {
+        const char *argv[3];
+        size_t lens[3];
+        int n = 0;
+        argv[n] = "AUTH", lens[n++] = 4;
+        if (ep->user[0])
+            argv[n] = ep->user, lens[n++] = strlen(ep->user);
+        argv[n] = ep->pass, lens[n++] = strlen(ep->pass);
+        if (rs__ctx_command(ctx, n, argv, lens, &r) != 0)
+            return RS_ECONN;
+        if (r->type == REDIS_REPLY_ERROR) {
+            *transient = strncmp(r->str, "LOADING", 7) == 0;
+            int rc = rs__fail(c, RS_ESERVER, "AUTH refused by %s: %s", where, r->str);
+            freeReplyObject(r);
+            return rc;
+        }
+        freeReplyObject(r);
+    }
+    if (!ep->has_pass && ep->db == 0) {
+        /* nothing else went out: one PING proves the peer is a Redis that lets us in */
+        const char *argv[1] = {"PING"};
+        size_t lens[1] = {4};
+        if (rs__ctx_command(ctx, 1, argv, lens, &r) != 0)
+            return RS_ECONN;
+        if (r->type == REDIS_REPLY_ERROR) {
+            *transient = strncmp(r->str, "LOADING", 7) == 0;
+            int rc = rs__fail(c, RS_ESERVER, "Redis refused us: %s", r->str);
+            freeReplyObject(r);
+            return rc;
+        }
+        freeReplyObject(r);
+    }
+    if (ep->db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", ep->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, strlen(db)};
+        if (rs__ctx_command(ctx, 2, argv, lens, &r) != 0)
+            return RS_ECONN;
+        if (r->type == REDIS_REPLY_ERROR) {
+            *transient = strncmp(r->str, "LOADING", 7) == 0;
+            int rc = rs__fail(c, RS_ESERVER, "SELECT %d refused: %s", ep->db, r->str);
+            freeReplyObject(r);
+            return rc;
+        }
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+int rs__conn_connect(rs_client_t *c, uint64_t deadline_ns, long io_timeout_ms, redisContext **out)
+{
+    return rs__conn_connect_to(c, -1, deadline_ns, io_timeout_ms, out);
+}
+
+int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long io_timeout_ms,
+                        redisContext **out)
+{
+    const rs_endpoint_t *ep = &c->ep;
+    uint64_t backoff_ms = 5;
+    char last[200] = "timed out";
+    rs_node_t node = {"?", 0};
+    *out = NULL;
+    for (;;) {
+        uint64_t now = rs__now_ns();
+        if (now >= deadline_ns)
+            break;
+        long left_ms = (long)((deadline_ns - now) / RS_NS_PER_MS);
+        if (left_ms < 1)
+            left_ms = 1;
+        long ct = left_ms < c->timeout_ms ? left_ms : c->timeout_ms;
+        redisContext *ctx = NULL;
+        if (ep->unix_socket)
+            ctx = redisConnectUnixWithTimeout(ep->path, ms_tv(ct));
+        else if (rs__topo_target(c, target, ct, &node, last, sizeof last) == 0)
+            ctx = redisConnectWithTimeout(node.host, node.port, ms_tv(ct));
+        else
+            goto retry; /* no sentinel answered: last says why */
+        if (!ctx)
+            return rs__fail(c, ENOMEM, "out of memory connecting to Redis");
+        if (ctx->err) {
+            snprintf(last, sizeof last, "%s", ctx->errstr);
+            redisFree(ctx);
+        } else {
+            fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
+            if (!ep->unix_socket) {
+                int one = 1;
+                setsockopt(ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            }
+            /* the handshake is bounded even for connections that later block forever (the
+             * subscriber): a stalled server must not wedge a connect */
+            redisSetTimeout(ctx, ms_tv(ct));
+            int transient = 0;
+            int rc = handshake(c, ctx, ep->unix_socket ? ep->path : node.host, &transient);
+            if (rc == 0 && !ep->unix_socket) {
+                rc = rs__topo_check(c, ctx, &node, last, sizeof last);
+                if (rc == RS_ECONN)
+                    transient = 1, rc = -1; /* not the master (yet): ask again */
+            }
+            if (rc == 0) {
+                redisSetTimeout(ctx, ms_tv(io_timeout_ms > 0 ? io_timeout_ms : 0));
+                *out = ctx;
+                return 0;
+            }
+            redisFree(ctx);
+            if (rc != RS_ECONN && !transient)
+                return rc;
+            if (rc != -1)
+                snprintf(last, sizeof last, "%s",
+                         rc == RS_ECONN ? "connection dropped" : "server loading");
+        }
+    retry:
+        now = rs__now_ns();
+        if (now >= deadline_ns)
+            break;
+        uint64_t nap = backoff_ms * RS_NS_PER_MS;
+        if (nap > deadline_ns - now)
+            nap = deadline_ns - now;
+        rs__sleep_ns(nap);
+        if (backoff_ms < 100)
+            backoff_ms *= 2;
+    }
+    if (ep->unix_socket)
+        return rs__fail(c, RS_ECONN, "cannot reach Redis at unix:%s within %ld ms: %s", ep->path,
+                        c->timeout_ms, last);
+    if (ep->mode == RS_MODE_CLUSTER)
+        return rs__fail(c, RS_ECONN, "cannot reach cluster node %s:%d within %ld ms: %s",
+                        node.host, node.port, c->timeout_ms, last);
+    if (ep->mode == RS_MODE_SENTINEL)
+        return rs__fail(c, RS_ECONN, "cannot reach master \"%s\" through %d sentinel(s) within "
+                        "%ld ms: %s", ep->master, ep->nseeds, c->timeout_ms, last);
+    return rs__fail(c, RS_ECONN, "cannot reach Redis at %s:%d within %ld ms: %s", ep->host,
+                    ep->port, c->timeout_ms, last);
+}
+
+int rs__conn_get(rs_client_t *c, uint64_t deadline_ns, rs_conn_t **out)
+{
+    return rs__conn_get_node(c, -1, deadline_ns, out);
+}
+
+int rs__conn_get_node(rs_client_t *c, int node, uint64_t deadline_ns, rs_conn_t **out)
+{
+    unsigned gen = rs__topo_gen(c);
+    if (c->ep.mode != RS_MODE_CLUSTER)
+        node = -1;
+    for (;;) {
+        pthread_mutex_lock(&c->pool_mu);
+        rs_conn_t **p = &c->idle;
+        while (*p && node >= 0 && (*p)->node != node)
+            p = &(*p)->next;
+        rs_conn_t *k = *p;
+        if (k) {
+            *p = k->next;
+            c->nidle--;
+        }
+        pthread_mutex_unlock(&c->pool_mu);
+        if (!k)
+            break;
+        if (k->gen == gen) {
+            *out = k;
+            return 0;
+        }
+        redisFree(k->ctx); /* opened before the master moved */
+        free(k);
+    }
+    rs_conn_t *k = calloc(1, sizeof *k);
+    if (!k)
+        return rs__fail(c, ENOMEM, "out of memory");
+    k->gen = gen;
+    k->node = node;
+    int rc = rs__conn_connect_to(c, node, deadline_ns, c->timeout_ms, &k->ctx);
+    if (rc != 0) {
+        free(k);
+        return rc;
+    }
+    *out = k;
+    return 0;
+}
+
+void rs__conn_put(rs_client_t *c, rs_conn_t *k, int broken)
+{
+    if (!k)
+        return;
+    if (!broken && k->ctx && !k->ctx->err && k->gen == rs__topo_gen(c)) {
+        pthread_mutex_lock(&c->pool_mu);
+        if (c->nidle < RS_POOL_IDLE_MAX * (c->ep.mode == RS_MODE_CLUSTER ? 4 : 1)) {
+            k->next = c->idle;
+            c->idle = k;
+            c->nidle++;
+            k = NULL;
+        }
+        pthread_mutex_unlock(&c->pool_mu);
+    }
+    if (k) {
+        if (k->ctx)
+            redisFree(k->ctx);
+        free(k);
+    }
+}
+
+void rs__conn_pool_free(rs_client_t *c)
+{
+    pthread_mutex_lock(&c->pool_mu);
+    rs_conn_t *k = c->idle;
+    c->idle = NULL;
+    c->nidle = 0;
+    pthread_mutex_unlock(&c->pool_mu);
+    while (k) {
+        rs_conn_t *next = k->next;
+        redisFree(k->ctx);
+        free(k);
+        k = next;
+    }
+}

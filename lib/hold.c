@@ -1,0 +1,56 @@
+/*
+ * hold.c - who owns a hold, and the local record of what each thread holds.
+ *
+ * A hold belongs to one thread of one client. The owner token sent to Redis is
+ * "SECRET:THREADNO": SECRET is the client's 128-bit random secret, THREADNO a per-process
+ * number given to a thread on first use and never reused (pthread_self() and gettid() values
+ * are recycled when threads exit, which would let a new thread inherit a dead one's hold).
+ * Scripts store only SHA1(token), so reading the keys does not let anyone release or renew
+ * a hold. Acquisition ids "PUBLICID:N" name one acquisition: scripts use them to make a
+ * retried call idempotent and the notifier uses them to route wake-ups.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static atomic_uint_fast64_t rs_thread_counter = 1;
+static _Thread_local uint64_t rs_thread_no_tls;
+
+uint64_t rs__thread_no(void)
+{
+    if (!rs_thread_no_tls)
+        rs_thread_no_tls = atomic_fetch_add(&rs_thread_counter, 1);
+    return rs_thread_no_tls;
+}
+
+size_t rs__owner_token(const rs_client_t *c, char *buf)
+{
+    int n = snprintf(buf, RS_TOKEN_MAX, "%s:%llx", c->secret_hex,
+                     (unsigned long long)rs__thread_no());
+    return (size_t)n;
+}
+
+size_t rs__acq_id(rs_client_t *c, char *buf)
+{
+    unsigned long long n = (unsigned long long)atomic_fetch_add(&c->next_acq, 1);
+    return (size_t)snprintf(buf, RS_ACQID_MAX, "%s:%llx", c->public_id, n);
+}
+
+rs_hold_t *rs__hold_find(rs_hold_t *list, uint64_t thread_no)
+{
+    for (; list; list = list->next)
+        if (list->thread_no == thread_no)
+            return list;
+    return NULL;
+}
+
+void rs__hold_unlink(rs_hold_t **list, rs_hold_t *h)
+{
+    for (rs_hold_t **p = list; *p; p = &(*p)->next)
+        if (*p == h) {
+            *p = h->next;
+            h->next = NULL;
+            return;
+        }
+}

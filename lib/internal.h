@@ -1,0 +1,543 @@
+/*
+ * internal.h - what the core (lib/) offers the primitives, and nothing public.
+ *
+ * Layers, bottom up (one file per concern):
+ *   util.c      clocks, deadlines, per-thread error text, logging, argument vectors
+ *   url.c       URL parsing into rs_endpoint_t
+ *   topology.c  where to connect (the URL's server, or the master the sentinels name)
+ *   cluster.c   the Redis Cluster slot map: which master serves a key
+ *   keys.c      key and channel names (hash tags, escaping)
+ *   conn.c      hiredis connections: connect, AUTH/SELECT, pool, SIGPIPE, close-on-exec
+ *   script.c    EVALSHA with SCRIPT LOAD on NOSCRIPT, retries within timeout_ms, error mapping
+ *   watchdog.c  one thread per client renewing every registered lease in one pipeline
+ *   notify.c    one subscriber connection and thread per client; wakes waiters by id
+ *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
+ *   hold.c      per-thread owner identity and the local record of what a thread holds
+ *   client.c    rs_client_t: config, identity, lifetime, the public client calls
+ * A primitive (primitives/NAME/) builds its keys, runs its script through rs__eval, keeps
+ * its holds alive with rs__watch_add and waits with rs__wait_acquire. lib/ never names a
+ * primitive.
+ */
+#ifndef RS_INTERNAL_H
+#define RS_INTERNAL_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <hiredis/hiredis.h>
+
+#include "redisync.h"
+
+#define RS_HIDDEN __attribute__((visibility("hidden")))
+
+/* ----- util.c ------------------------------------------------------------------------ */
+uint64_t rs__now_ns(void); /* CLOCK_MONOTONIC */
+#define RS_NS_PER_MS 1000000ull
+#define RS_NO_DEADLINE UINT64_MAX
+/* abstime (CLOCK_REALTIME) -> monotonic deadline. EINVAL for NULL or bad tv_nsec. */
+int rs__deadline_from(rs_client_t *c, const struct timespec *abstime, uint64_t *out);
+/* Records a message for the calling thread and returns code. c may be NULL. */
+int rs__fail(rs_client_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void rs__clear_error(void);
+void rs__log(rs_client_t *c, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Checks a primitive name: non-NULL, 1..RS_NAME_MAX bytes. */
+int rs__check_name(rs_client_t *c, const char *name, size_t *len);
+void rs__sleep_ns(uint64_t ns);
+
+/* A small argument vector for one command; strings are copied into an inline arena. */
+#define RS_ARGV_MAX 24
+#define RS_ARGV_ARENA 256
+typedef struct rs_argv {
+    int n;
+    const char *v[RS_ARGV_MAX];
+    size_t len[RS_ARGV_MAX];
+    size_t used;
+    char arena[RS_ARGV_ARENA];
+} rs_argv_t;
+void rs__argv_init(rs_argv_t *a);
+void rs__argv_ref(rs_argv_t *a, const char *s, size_t len); /* by reference, no copy */
+void rs__argv_str(rs_argv_t *a, const char *s);             /* by reference, strlen */
+void rs__argv_fmt(rs_argv_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ----- url.c ------------------------------------------------------------------------- */
+#define RS_MODE_SINGLE 0   /* redis:// or unix:// : one server */
+#define RS_MODE_SENTINEL 1 /* redis-sentinel:// : the master that the sentinels name */
+#define RS_MODE_CLUSTER 2  /* redis-cluster:// : the master that owns the key's slot */
+#define RS_SEEDS_MAX 16
+typedef struct rs_node {
+    char host[256];
+    int port;
+} rs_node_t;
+typedef struct rs_endpoint {
+    int mode;          /* RS_MODE_* */
+    int unix_socket;   /* 1: path is a unix socket */
+    char host[256];    /* single mode: the server */
+    int port;
+    int nseeds;        /* sentinel: the sentinels to ask; cluster: nodes to ask for the map */
+    rs_node_t seeds[RS_SEEDS_MAX];
+    char master[128];  /* sentinel mode: the monitored master's name */
+    char path[108];
+    char user[128];
+    char pass[256];
+    int has_pass;
+    int db;
+} rs_endpoint_t;
+/* Parses url into ep. EINVAL with a message (never containing the password). */
+int rs__url_parse(rs_client_t *c, const char *url, rs_endpoint_t *ep);
+
+/* ----- topology.c -------------------------------------------------------------------- */
+/* Where the next connection goes: single mode the URL's server; sentinel mode the master
+ * named by the first sentinel that answers (each asked with timeout_ms); cluster mode node
+ * number node of cluster.c's table (node < 0: any node, in turn). 0 or RS_ECONN with why
+ * filled. */
+int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, char *why,
+                    size_t whylen);
+/* Checks a fresh, authenticated connection to node: sentinel mode needs ROLE master.
+ * 0, or RS_ECONN (try again: not the master yet) with why filled. */
+int rs__topo_check(rs_client_t *c, redisContext *ctx, const rs_node_t *node, char *why,
+                   size_t whylen);
+/* A reply or a broken connection says the master moved: drop pooled connections. */
+void rs__topo_changed(rs_client_t *c);
+unsigned rs__topo_gen(rs_client_t *c);
+/* READONLY / MASTERDOWN outside single mode: the master moved, reconnect and retry. */
+int rs__is_topology_error(const rs_client_t *c, const redisReply *r);
+/* Sentinel mode: the thread that follows +switch-master (started at open, stopped at close;
+ * rs__topo_free releases what start set up). No-ops in other modes. */
+int rs__topo_start(rs_client_t *c);
+void rs__topo_stop(rs_client_t *c);
+void rs__topo_free(rs_client_t *c);
+
+/* ----- cluster.c --------------------------------------------------------------------- */
+#define RS_NODES_MAX 64
+unsigned rs__cluster_slot(const char *key, size_t len); /* CRC16 of the hash tag & 16383 */
+void rs__cluster_init(rs_client_t *c);                  /* the URL's nodes become the table */
+void rs__cluster_free(rs_client_t *c);
+/* (Re)loads the slot map with CLUSTER SLOTS from the first node that answers: always when
+ * force, else only when a MOVED made it stale (at most every 100 ms). 0, RS_ECONN, RS_ESERVER. */
+int rs__cluster_refresh(rs_client_t *c, int force, long timeout_ms);
+void rs__cluster_stale(rs_client_t *c); /* a node failed: reload the map before next use */
+/* The node serving key's slot (an index into the node table), -1 if unknown. */
+int rs__cluster_node_of(rs_client_t *c, const char *key, size_t len);
+int rs__cluster_node(rs_client_t *c, int idx, rs_node_t *out); /* 0 or -1 */
+int rs__cluster_nnodes(rs_client_t *c);
+/* The nodes that serve at least one slot, at most max of them. */
+int rs__cluster_masters(rs_client_t *c, int *idx, int max);
+/* A MOVED or ASK error: the node it names (added to the table), *ask set for ASK. MOVED
+ * also updates the slot and marks the map stale. -1 if err is neither. */
+int rs__cluster_redirect(rs_client_t *c, const char *err, int *ask);
+
+/* ----- conn.c ------------------------------------------------------------------------ */
+typedef struct rs_conn {
+    redisContext *ctx;
+    int node;          /* cluster: the node table index it is connected to; else -1 */
+    unsigned gen;      /* topology generation it was opened in (stale ones are dropped) */
+    struct rs_conn *next;
+} rs_conn_t;
+/* Opens a connection (connect, timeouts, AUTH, SELECT, close-on-exec), retrying refused
+ * connects until deadline_ns. io_timeout_ms bounds each later read/write (0: none). */
+int rs__conn_connect(rs_client_t *c, uint64_t deadline_ns, long io_timeout_ms, redisContext **out);
+/* The same to a given node of the cluster table (node < 0: any; other modes ignore it). */
+int rs__conn_connect_to(rs_client_t *c, int node, uint64_t deadline_ns, long io_timeout_ms,
+                        redisContext **out);
+/* Pool: take a live connection (or open one), give it back (broken ones are freed).
+ * rs__conn_get_node takes one to a given cluster node (node < 0: any). */
+int rs__conn_get(rs_client_t *c, uint64_t deadline_ns, rs_conn_t **out);
+int rs__conn_get_node(rs_client_t *c, int node, uint64_t deadline_ns, rs_conn_t **out);
+void rs__conn_put(rs_client_t *c, rs_conn_t *k, int broken);
+void rs__conn_pool_free(rs_client_t *c);
+/* One command on ctx with SIGPIPE held off. 0 with *out set (possibly an error reply), or
+ * RS_ECONN when the connection failed (the context is then unusable). */
+int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t *lens,
+                    redisReply **out);
+/* Pipelining on ctx: append, flush+read. Same SIGPIPE care. */
+int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t *lens);
+int rs__ctx_read(redisContext *ctx, redisReply **out);
+/* SIGPIPE guard around writes from caller threads: block, drain after a failed write,
+ * restore. */
+void rs__sigpipe_block(sigset_t *old, int *was_blocked);
+void rs__sigpipe_drain(int was_blocked);
+void rs__sigpipe_restore(const sigset_t *old);
+
+/* ----- script.c ---------------------------------------------------------------------- */
+typedef struct rs_script {
+    const char *name;
+    const unsigned char *body;
+    size_t len;
+    const char *sha; /* 40 hex digits, computed at build time */
+} rs_script_t;
+/* Runs script s with EVALSHA (loading it on NOSCRIPT), retrying connection failures and
+ * transient server states (LOADING, BUSY) until timeout_ms has passed. args holds the keys
+ * then the arguments. On 0, *out is a non-error reply the caller frees. Errors: RS_ECONN,
+ * RS_ESERVER (text in lasterror), ECANCELED, and the scripts' own error replies "RSQUEUE",
+ * "RSNOENT", "RSINVAL" as RS_EQUEUE, ENOENT, EINVAL. */
+int rs__eval(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+             redisReply **out);
+/* rs__eval, and with min_replicas > 0 confirms the call with WAIT min_replicas
+ * replica_timeout_ms sent on the same connection right behind it (after a PUBLISH of ours,
+ * so that WAIT covers the call even when it wrote nothing itself). *acked is WAIT's count
+ * (-1 when WAIT failed or min_replicas is 0); the caller decides what a shortfall means. */
+int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                     redisReply **out, long long *acked);
+/* Builds the argv of EVALSHA sha nkeys args... into out (references only). */
+void rs__evalsha_argv(const rs_script_t *s, int nkeys, const rs_argv_t *args, rs_argv_t *out);
+/* SCRIPT LOAD s on ctx. 0, RS_ECONN or RS_ESERVER. */
+int rs__script_load(rs_client_t *c, redisContext *ctx, const rs_script_t *s);
+/* Maps an error reply to a code and records its text. */
+int rs__reply_error(rs_client_t *c, const redisReply *r);
+int rs__is_noscript(const redisReply *r);
+
+/* ----- keys.c ------------------------------------------------------------------------ */
+/* "PREFIX:{NAME}:KIND" with NAME escaped so its hash tag is never empty. Returns a malloc'd
+ * string (NULL on ENOMEM) and its length. */
+char *rs__key(const rs_client_t *c, const char *name, size_t namelen, const char *kind,
+              const char *suffix, size_t *len);
+
+/* ----- hold.c ------------------------------------------------------------------------ */
+/* A never-reused number for the calling thread (pthread_self values are reused). */
+uint64_t rs__thread_no(void);
+/* The calling thread's owner token for client c: "SECRETHEX:THREADNO". Redis stores only
+ * its SHA1. buf must hold RS_TOKEN_MAX bytes. */
+#define RS_TOKEN_MAX 64
+size_t rs__owner_token(const rs_client_t *c, char *buf);
+/* A fresh acquisition id "PUBLICID:N", unique per client. buf: RS_ACQID_MAX bytes. */
+#define RS_ACQID_MAX 48
+size_t rs__acq_id(rs_client_t *c, char *buf);
+
+typedef struct rs_lease rs_lease_t;
+/* What one thread holds through one handle. */
+typedef struct rs_hold {
+    uint64_t thread_no;
+    char acqid[RS_ACQID_MAX];
+    uint64_t fence;
+    unsigned count;     /* re-entries (recursive kinds) or permits */
+    rs_lease_t *lease;  /* renewed by the watchdog; NULL once cleared */
+    struct rs_hold *next;
+} rs_hold_t;
+rs_hold_t *rs__hold_find(rs_hold_t *list, uint64_t thread_no);
+void rs__hold_unlink(rs_hold_t **list, rs_hold_t *h);
+
+/* ----- watchdog.c -------------------------------------------------------------------- */
+/* A lease the watchdog renews: a hold (lost when a renewal does not confirm it) or a
+ * waiter's queue entry (its waiter is poked to retry when the entry is gone or granted).
+ *
+ * Convention shared by every script: ARGV[1] is the operation, and a lease keeps the keys
+ * and the arguments that follow it. The watchdog runs renew_op with them (reply: integer
+ * 1 renewed, 0 gone, 2 granted to this waiter meanwhile); rs_client_close runs release_op
+ * with them for every hold still registered. */
+struct rs_waiter;
+struct rs_lease {
+    /* immutable after rs__lease_new */
+    rs_client_t *c;
+    const rs_script_t *script;
+    int nkeys;
+    rs_argv_t args;          /* op placeholder, keys, then arguments (pointing into store) */
+    char *store;
+    const char *renew_op, *release_op;
+    long lease_ms;
+    struct rs_waiter *waiter; /* set for queue entries */
+    const char *kind;
+    char *name;
+    /* watchdog state, under the watchdog mutex */
+    uint64_t due_ns;         /* next renewal */
+    uint64_t deadline_ns;    /* local expiry: last confirmed send + lease - drift */
+    int lost, reported, registered;
+    atomic_int refs;
+    rs_lease_t *prev, *next;
+};
+/* args (keys, then the arguments after the op) are copied; kind must be static. The lease
+ * starts with one reference, the caller's. NULL on ENOMEM. */
+rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                          const char *renew_op, const char *release_op, long lease_ms,
+                          const char *kind, const char *name, size_t namelen);
+/* Runs the lease's script with op (e.g. its release_op) through rs__eval. */
+int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out);
+void rs__lease_unref(rs_lease_t *l);
+/* Registers l: Redis confirmed it with ttl_ms left by a call sent at sent_ns. */
+int rs__watch_add(rs_client_t *c, rs_lease_t *l, uint64_t sent_ns, long ttl_ms);
+/* When the last renewal that Redis confirmed was sent. */
+uint64_t rs__lease_confirmed_ns(rs_client_t *c, rs_lease_t *l);
+void rs__watch_del(rs_client_t *c, rs_lease_t *l);
+/* Whether a live hold registered by this client has main key key and owner token token
+ * (the calling thread holds the primitive through some handle). */
+int rs__watch_holds(rs_client_t *c, const char *key, size_t keylen, const char *token,
+                    size_t toklen);
+/* Whether l was lost; also marks it lost if its local deadline passed. */
+int rs__lease_is_lost(rs_client_t *c, rs_lease_t *l);
+/* Marks l lost (Redis said so); on_lost is delivered once, from the watchdog thread. */
+void rs__lease_set_lost(rs_client_t *c, rs_lease_t *l);
+long rs__lease_remaining_ms(rs_client_t *c, rs_lease_t *l);
+void rs__watchdog_stop(rs_client_t *c);
+void rs__watchdog_forget(rs_client_t *c); /* in a fork child: free without the thread */
+/* Drift allowance subtracted from every local deadline. */
+uint64_t rs__drift_ns(long lease_ms);
+
+/* ----- notify.c ---------------------------------------------------------------------- */
+#define RS_WAKE_NONE 0
+#define RS_WAKE_MSG 1     /* a message for this waiter arrived: see msg */
+#define RS_WAKE_RETRY 2   /* try again now (subscriber reconnected, entry renewal said so) */
+#define RS_WAKE_TIMEOUT 3 /* the sleep bound passed */
+#define RS_WAKE_CANCEL 4  /* the client is closing */
+typedef struct rs_waiter {
+    char id[RS_ACQID_MAX];   /* acquisition id: messages on the client channel */
+    const char *topic;       /* or a watched channel: every message on it wakes this waiter */
+    pthread_cond_t cv;
+    int wake;
+    char msg[96];
+    struct rs_waiter *prev, *next;
+} rs_waiter_t;
+/* Registers w under an acquisition id or a watched topic (the caller keeps topic alive),
+ * starting the subscriber and waiting for its subscription (at most timeout_ms). Messages
+ * are matched from then on. */
+int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char *topic);
+/* Subscribes (reference-counted) to channel and waits for Redis to confirm it. */
+int rs__notify_watch(rs_client_t *c, const char *channel);
+void rs__notify_unwatch(rs_client_t *c, const char *channel);
+/* Sleeps until a wake-up or until_ns. Returns RS_WAKE_*; msg is valid after RS_WAKE_MSG. */
+int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns);
+void rs__notify_end(rs_client_t *c, rs_waiter_t *w);
+void rs__notify_poke(rs_client_t *c, rs_waiter_t *w, int wake);
+void rs__notify_cancel_all(rs_client_t *c);
+void rs__notify_stop(rs_client_t *c);
+void rs__notify_forget(rs_client_t *c);   /* in a fork child: free without the thread */
+/* The master moved: a subscriber connected before is made to reconnect. */
+void rs__notify_topology(rs_client_t *c);
+
+/* ----- wait.c ------------------------------------------------------------------------ */
+/* The outcome of one acquisition attempt, filled by a primitive's attempt(). */
+typedef struct rs_attempt {
+    int granted;       /* 1: the caller holds it now */
+    int queued;        /* 1: the caller waits in the Redis queue */
+    long retry_ms;     /* busy: retry after at most this long (the holder's remaining lease) */
+    long ttl_ms;       /* granted: lease left on the hold when Redis answered */
+    uint64_t fence;    /* granted: the fencing token */
+    uint64_t seen_fence; /* busy: the fencing counter then (stale wake-ups carry no more) */
+    uint64_t sent_ns;  /* when the call was sent (a lower bound of when Redis ran it) */
+} rs_attempt_t;
+typedef struct rs_acquire_ops {
+    /* One script call: take it, or queue (queue=1) / just report busy (queue=0). */
+    int (*attempt)(void *ctx, int queue, rs_attempt_t *out);
+    /* Leave the queue after the deadline; may find the caller granted meanwhile. */
+    int (*cancel)(void *ctx, rs_attempt_t *out);
+    /* A wake-up message addressed to this acquisition: 1 if it grants (out filled). */
+    int (*message)(void *ctx, const char *msg, rs_attempt_t *out);
+    /* The lease that keeps the caller's queue entry alive while it sleeps. */
+    rs_lease_t *(*queue_lease)(void *ctx);
+} rs_acquire_ops_t;
+/* Acquires through ops: try_only never queues (EBUSY); otherwise sleeps between attempts
+ * until granted or deadline_ns (ETIMEDOUT). acqid names the acquisition in wake-ups. */
+int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, const char *acqid,
+                     int try_only, uint64_t deadline_ns, rs_attempt_t *out);
+/* Waits for an event announced on channel topic (e.g. a latch opening): check(ctx) returns
+ * 0 when the event has happened, 1 when not yet, or -error. It runs once, then again after
+ * the topic is subscribed, after every message on it or poke, and every recheck_ms (which
+ * also lets it refresh what it watches). 0, ETIMEDOUT at deadline_ns, or the error. */
+int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), void *ctx,
+                   long recheck_ms, uint64_t deadline_ns);
+
+/* ----- primitives -------------------------------------------------------------------- */
+/* What inspection needs to know of a primitive kind: its script and keys. Each primitive
+ * defines one (rs_kind_NAME); primitives/inspect.c lists them. Every script answers the ops
+ * "info" (read-only, reply {exists, nholders, ttl, fence, waiters, writer, size, free,
+ * count, holder acqids...}) and "force" (drop the holds, wake waiters; reply: holds
+ * dropped). */
+typedef struct rs_kind {
+    const char *name;
+    const rs_script_t *script;
+    const char *const *suffixes;
+    int nkeys;
+} rs_kind_t;
+
+/* ----- handle.c ---------------------------------------------------------------------- */
+/* The part every primitive handle shares; embed it first in the primitive's struct.
+ *
+ * A handle stores its name once and its main key once: key[0] = PREFIX:{NAME}:KIND (one
+ * malloc'd, NUL-terminated string) with the name's bytes inside it. The other keys,
+ * PREFIX:{NAME}:KIND:SUFFIX, are built per call in rs_call_t (rs__call_init), so a handle
+ * costs its struct plus one string, whatever its kind's number of keys (docs/performance.md,
+ * "Memory"). */
+#define RS_KEYS_MAX 6
+#define RS_PREFIX_MAX 128  /* longest client prefix (rs_config_t.prefix) */
+#define RS_KIND_MAX 15     /* longest kind name ("mutex", "rwlock", ...) */
+#define RS_SUFFIX_MAX 15   /* longest key suffix ("fence", "holders", ...) */
+/* PREFIX:{NAME}:KIND with the name escaped (keys.c: one '\' more at most) */
+#define RS_MAINKEY_MAX (RS_PREFIX_MAX + 2 + 1 + RS_NAME_MAX + 2 + RS_KIND_MAX)
+#define RS_KEY_MAX (RS_MAINKEY_MAX + 1 + RS_SUFFIX_MAX) /* PREFIX:{NAME}:KIND:SUFFIX */
+typedef struct rs_handle {
+    rs_client_t *c;
+    const char *kind;          /* "mutex", "rwlock", ...: part of every key */
+    const rs_script_t *script;
+    const char *const *suffixes; /* the kind's (static): suffixes[i] names key i, i >= 1 */
+    char *key[1];              /* key[0]: the main key PREFIX:{NAME}:KIND (the latch's channel,
+                                  the multilock's order); the only key stored */
+    size_t klen[1];
+    const char *name;          /* namelen bytes INSIDE key[0], not NUL-terminated: print it
+                                  with "%.*s", RS_HNAME(h) */
+    size_t namelen;
+    int nkeys;
+    atomic_long lease_ms;      /* 0: the client's */
+    pthread_mutex_t mu;        /* guards holds */
+    rs_hold_t *holds;
+} rs_handle_t;
+/* printf arguments for "%.*s": the handle's name */
+#define RS_HNAME(h) (int)(h)->namelen, (h)->name
+/* Key 0 is the main key PREFIX:{NAME}:KIND (suffixes[0] is not read, normally NULL); key i
+ * is PREFIX:{NAME}:KIND:suffixes[i]. suffixes must outlive the handle (the kinds' are
+ * static): the handle keeps the pointer and builds those keys per call. */
+int rs__handle_init(rs_handle_t *h, rs_client_t *c, const char *kind, const rs_script_t *s,
+                    const char *name, const char *const *suffixes, int nkeys);
+int rs__handle_destroy(rs_handle_t *h); /* EBUSY while a thread holds through it */
+/* Allocates a primitive struct of size bytes (rs_handle_t first) and inits it; *out NULL on
+ * failure. rs__handle_free destroys and frees it (NULL: 0). */
+int rs__handle_new(void *out, size_t size, rs_client_t *c, const char *kind,
+                   const rs_script_t *s, const char *name, const char *const *suffixes, int nkeys);
+int rs__handle_free(rs_handle_t *h);
+/* Entry of a public call: EINVAL for a NULL handle, deadline from abstime (if given), then
+ * rs__enter. On 0 the caller must rs__leave(h->c). */
+int rs__handle_begin(rs_handle_t *h, const char *kind, const struct timespec *abstime,
+                     uint64_t *deadline);
+uint64_t rs__handle_fence(const rs_handle_t *h);   /* the calling thread's hold's, or 0 */
+long rs__handle_remaining(const rs_handle_t *h);
+long rs__handle_lease(const rs_handle_t *h);
+int rs__handle_setlease(rs_handle_t *h, long lease_ms);
+rs_hold_t *rs__handle_find(const rs_handle_t *h, uint64_t thread_no);
+/* Adds hold at the front: rs__handle_find returns a thread's latest hold (the semaphore
+ * relies on it). */
+void rs__handle_add(rs_handle_t *h, rs_hold_t *hold);
+void rs__handle_remove(rs_handle_t *h, rs_hold_t *hold);
+
+/* One script call (or acquisition) by the calling thread through a handle. */
+#define RS_CALL_EXTRA_MAX 4
+typedef struct rs_call {
+    rs_handle_t *h;
+    char token[RS_TOKEN_MAX];
+    size_t toklen;
+    char acqid[RS_ACQID_MAX];
+    size_t acqlen;
+    char lease[24];
+    char maxw[24];
+    int nextra;
+    char extra[RS_CALL_EXTRA_MAX][32]; /* ARGV[9..]: the primitive's own arguments */
+    /* keys 1..nkeys-1 (PREFIX:{NAME}:KIND:SUFFIX), built by rs__call_init from the handle's
+     * main key: key i is keys[koff[i]], kklen[i] bytes (offsets, so that a copy of the struct
+     * stays valid). Key 0 is the handle's own. */
+    unsigned short koff[RS_KEYS_MAX], kklen[RS_KEYS_MAX];
+    char keys[(RS_KEYS_MAX - 1) * (RS_KEY_MAX + 1)];
+} rs_call_t;
+/* acqid NULL: a fresh acquisition id; else the id of an existing hold. */
+void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid);
+void rs__call_extra(rs_call_t *k, const char *arg);
+/* keys, [op], token, acqid, lease, channel prefix, mode, max waiters, queue lease, extras */
+void rs__call_argv(const rs_call_t *k, const char *op, const char *mode, rs_argv_t *v);
+int rs__call_run(const rs_call_t *k, const char *op, const char *mode, redisReply **out);
+rs_lease_t *rs__call_lease(const rs_call_t *k, const char *renew_op, const char *release_op);
+/* Decodes the acquiring reply convention into out. EDEADLK for {-1}. */
+int rs__decode_grant(const rs_call_t *k, const redisReply *r, rs_attempt_t *out);
+/* Acquires (op "acq"), waiting unless try_only (EBUSY) until deadline (ETIMEDOUT). On 0,
+ * *out is a new hold (count 1, lease registered with the watchdog, renewed with op "renew",
+ * released at close with op "rel") that the caller adds to its handle. */
+int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out);
+/* A fresh acquisition by the calling thread through h (no extra arguments), recorded in h. */
+int rs__handle_take(rs_handle_t *h, int try_only, uint64_t deadline);
+/* Ends a hold the caller already removed from its handle: unregisters its lease, runs op
+ * (normally "rel"), frees it. 0, RS_ELOST (lost before or found lost now), RS_ECONN... */
+int rs__release(rs_handle_t *h, rs_hold_t *hold, const char *op);
+
+/* ----- client.c ---------------------------------------------------------------------- */
+struct rs_client {
+    rs_endpoint_t ep;
+    char *prefix;
+    size_t prefix_len;
+    char *channel_prefix;     /* "PREFIX:client:" */
+    char *channel;            /* "PREFIX:client:PUBLICID": this client's wake-up channel */
+    long lease_ms, timeout_ms, replica_timeout_ms;
+    int min_replicas;
+    unsigned max_waiters;
+    void (*on_lost)(const char *kind, const char *name, void *arg);
+    void *on_lost_arg;
+    void (*log)(int level, const char *msg, void *arg);
+    void *log_arg;
+
+    atomic_int refs;          /* the opener's and one per handle */
+    int closed;
+    unsigned fork_generation; /* fork detection: see rs__forked */
+    char public_id[17];
+    char secret_hex[33];
+    atomic_uint_fast64_t next_acq;
+
+    /* lifetime: calls in progress, closing flag */
+    pthread_mutex_t life_mu;
+    pthread_cond_t life_cv;
+    int active;
+    atomic_int closing;
+
+    /* topology (topology.c) */
+    atomic_uint topo_gen;     /* bumped when the master moved */
+    atomic_uint topo_next;    /* the sentinel to ask first */
+    struct {                  /* the +switch-master watcher (sentinel mode) */
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        pthread_t thread;
+        int inited, started, stop;
+        int fd;
+    } sw;
+
+    /* cluster slot map (cluster.c) */
+    struct {
+        pthread_mutex_t mu;
+        int inited, stale;
+        uint64_t refreshed_ns;
+        int nnodes;
+        rs_node_t nodes[RS_NODES_MAX]; /* append-only: indices never change */
+        uint8_t slot[16384];           /* node index + 1; 0: unknown */
+    } cl;
+
+    /* connection pool (conn.c) */
+    pthread_mutex_t pool_mu;
+    rs_conn_t *idle;
+    int nidle;
+
+    /* watchdog (watchdog.c) */
+    struct {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        pthread_t thread;
+        int started, stop;
+        uint64_t wake_ns;      /* when the thread plans to wake next */
+        rs_lease_t *head;      /* registered leases */
+        struct rs_report *reports; /* losses to tell on_lost about */
+        redisContext *ctx;     /* its own connection */
+        unsigned ctx_gen;      /* its topology generation */
+        redisContext *cctx[RS_NODES_MAX]; /* cluster: one per node */
+    } wd;
+
+    /* notifier (notify.c) */
+    struct {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;     /* subscription state changes */
+        pthread_t thread;
+        int started, stop, subscribed, failed;
+        int fd;                /* the subscriber socket, for shutdown() on close */
+        redisContext *ctx;     /* the subscriber connection (freed by a fork child) */
+        unsigned conn_gen;     /* topology generation of its connection */
+        uint64_t generation;   /* bumps on every (re)subscription */
+        rs_waiter_t *head;
+        struct rs_watch *watches; /* extra channels (latches) */
+        char error[160];       /* the server's refusal of a SUBSCRIBE, if any */
+    } nt;
+};
+
+/* Handles keep the client's memory alive after rs_client_close (then c->closed is 1). */
+void rs__client_ref(rs_client_t *c);
+void rs__client_unref(rs_client_t *c);
+/* 1 in a child of fork() (of the process that opened c). */
+int rs__forked(const rs_client_t *c);
+/* Every public call on a client brackets its work with these: EFORK in a forked child,
+ * ECANCELED once closing. */
+int rs__enter(rs_client_t *c);
+void rs__leave(rs_client_t *c);
+
+#endif

@@ -1,0 +1,467 @@
+/*
+ * notify.c - the one pub/sub subscriber of a client, and the waiters it wakes.
+ *
+ * A client has one subscriber connection and thread (started at its first blocking wait),
+ * subscribed to its own channel "PREFIX:client:PUBLICID". A release script that hands a
+ * primitive to a waiter publishes "ACQID DETAILS" on that waiter's client channel; the
+ * thread finds the local waiter registered under ACQID and signals its condition variable.
+ * Waiters of other clients never see the message, so a release costs one message whatever
+ * the number of waiters.
+ *
+ * Messages can be lost (the connection drops, the client was paused). That is harmless:
+ * every sleep is bounded by the holder's remaining lease, and after the subscriber
+ * reconnects every registered waiter is told to retry at once, since whatever was published
+ * during the gap is gone.
+ *
+ * When the master moves (topology.c), rs__notify_topology shuts the subscriber's socket
+ * down so that the thread reconnects to the new master; the usual retry-all follows.
+ *
+ * Events that concern everyone (a latch opening) go to a channel of their own: a waiter
+ * watches it (rs__notify_watch: subscribed on demand, reference-counted, re-subscribed after
+ * a reconnect) and registers with that channel as its topic; one message wakes every local
+ * waiter of the topic, and one PUBLISH wakes every client. Extra SUBSCRIBE/UNSUBSCRIBE
+ * commands are written to the socket directly under nt.mu while the thread reads: hiredis
+ * only reads on that context once subscribed, so the two never touch the same buffer.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* nt.mu held */
+static void poke_locked(rs_waiter_t *w, int wake)
+{
+    /* a message outranks a retry; cancel outranks both */
+    if (wake == RS_WAKE_RETRY && w->wake == RS_WAKE_MSG)
+        return;
+    if (w->wake == RS_WAKE_CANCEL)
+        return;
+    w->wake = wake;
+    pthread_cond_signal(&w->cv);
+}
+
+struct rs_watch {
+    char *channel;
+    int refs;
+    int confirmed;
+    struct rs_watch *next;
+};
+
+static struct rs_watch *watch_find(rs_client_t *c, const char *channel)
+{
+    for (struct rs_watch *w = c->nt.watches; w; w = w->next)
+        if (strcmp(w->channel, channel) == 0)
+            return w;
+    return NULL;
+}
+
+/* A message on a watched channel: wake every waiter of that topic. */
+static void dispatch_topic(rs_client_t *c, const char *channel)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    for (rs_waiter_t *w = c->nt.head; w; w = w->next)
+        if (w->topic && strcmp(w->topic, channel) == 0)
+            poke_locked(w, RS_WAKE_MSG);
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
+/* Subscription confirmations, for our own channel and for watched ones. */
+static void confirmed(rs_client_t *c, const char *channel)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    if (strcmp(channel, c->channel) == 0) {
+        c->nt.subscribed = 1;
+        c->nt.failed = 0;
+        c->nt.generation++;
+        /* whatever was published while we were away is lost: everyone retries */
+        for (rs_waiter_t *w = c->nt.head; w; w = w->next)
+            poke_locked(w, RS_WAKE_RETRY);
+    } else {
+        struct rs_watch *w = watch_find(c, channel);
+        if (w)
+            w->confirmed = 1;
+    }
+    pthread_cond_broadcast(&c->nt.cv);
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
+/* Writes a pub/sub command straight to the subscriber socket. nt.mu held, fd valid. */
+static void write_raw(rs_client_t *c, const char *cmd, const char *channel)
+{
+    char *buf;
+    size_t cl = strlen(cmd), hl = strlen(channel);
+    if (asprintf(&buf, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n", cl, cmd, hl) < 0)
+        return;
+    sigset_t old;
+    int blocked;
+    rs__sigpipe_block(&old, &blocked);
+    /* a short write only happens when the connection is failing; the reconnect that
+     * follows subscribes every watch again */
+    if (write(c->nt.fd, buf, strlen(buf)) < 0 || write(c->nt.fd, channel, hl) < 0 ||
+        write(c->nt.fd, "\r\n", 2) < 0)
+        rs__sigpipe_drain(blocked);
+    rs__sigpipe_restore(&old);
+    free(buf);
+}
+
+static void dispatch(rs_client_t *c, const char *payload, size_t len)
+{
+    const char *sp = memchr(payload, ' ', len);
+    size_t idlen = sp ? (size_t)(sp - payload) : len;
+    if (idlen == 0 || idlen >= RS_ACQID_MAX)
+        return;
+    pthread_mutex_lock(&c->nt.mu);
+    for (rs_waiter_t *w = c->nt.head; w; w = w->next) {
+        if (strlen(w->id) == idlen && memcmp(w->id, payload, idlen) == 0) {
+            size_t rest = sp ? len - idlen - 1 : 0;
+            if (rest >= sizeof w->msg)
+                rest = sizeof w->msg - 1;
+            if (sp)
+                memcpy(w->msg, sp + 1, rest);
+            w->msg[rest] = '\0';
+            poke_locked(w, RS_WAKE_MSG);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
+/* Sends SUBSCRIBE for our channel and every watched one, and publishes the socket for
+ * rs__notify_watch. The confirmations arrive in the read loop. nt.mu held. */
+static int subscribe_locked(rs_client_t *c, redisContext *ctx)
+{
+    int n = 1;
+    for (struct rs_watch *w = c->nt.watches; w; w = w->next) {
+        w->confirmed = 0;
+        n++;
+    }
+    const char **argv = malloc(sizeof *argv * (size_t)(n + 1));
+    size_t *lens = malloc(sizeof *lens * (size_t)(n + 1));
+    if (!argv || !lens) {
+        free(argv);
+        free(lens);
+        return ENOMEM;
+    }
+    int k = 0;
+    argv[k] = "SUBSCRIBE", lens[k++] = 9;
+    argv[k] = c->channel, lens[k++] = strlen(c->channel);
+    for (struct rs_watch *w = c->nt.watches; w; w = w->next)
+        argv[k] = w->channel, lens[k++] = strlen(w->channel);
+    int rc = rs__ctx_append(ctx, k, argv, lens);
+    free(argv);
+    free(lens);
+    if (rc)
+        return rc;
+    sigset_t old;
+    int blocked, done = 0;
+    rs__sigpipe_block(&old, &blocked);
+    while (!done)
+        if (redisBufferWrite(ctx, &done) != REDIS_OK)
+            break;
+    if (!done)
+        rs__sigpipe_drain(blocked);
+    rs__sigpipe_restore(&old);
+    if (!done)
+        return RS_ECONN;
+    c->nt.fd = ctx->fd;
+    return 0;
+}
+
+static void *notify_main(void *arg)
+{
+    rs_client_t *c = arg;
+    uint64_t backoff_ms = 5;
+    pthread_mutex_lock(&c->nt.mu);
+    while (!c->nt.stop) {
+        pthread_mutex_unlock(&c->nt.mu);
+        redisContext *ctx = NULL;
+        unsigned gen = rs__topo_gen(c);
+        int rc = rs__conn_connect(c, rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS, 0, &ctx);
+        pthread_mutex_lock(&c->nt.mu);
+        c->nt.conn_gen = gen;
+        if (rc == 0 && !c->nt.stop && subscribe_locked(c, ctx) != 0)
+            rc = RS_ECONN;
+        if (rc != 0 || c->nt.stop) {
+            c->nt.fd = -1;
+            if (ctx)
+                redisFree(ctx);
+            if (c->nt.stop)
+                break;
+            c->nt.failed = 1;
+            pthread_cond_broadcast(&c->nt.cv);
+            uint64_t until = rs__now_ns() + backoff_ms * RS_NS_PER_MS;
+            struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+            pthread_cond_timedwait(&c->nt.cv, &c->nt.mu, &ts);
+            if (backoff_ms < 200)
+                backoff_ms *= 2;
+            continue;
+        }
+        backoff_ms = 5;
+        c->nt.ctx = ctx;
+        pthread_mutex_unlock(&c->nt.mu);
+
+        for (;;) {
+            redisReply *r;
+            if (rs__ctx_read(ctx, &r) != 0)
+                break;
+            if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                r->element[0]->type == REDIS_REPLY_STRING &&
+                r->element[1]->type == REDIS_REPLY_STRING) {
+                const char *kind = r->element[0]->str, *chan = r->element[1]->str;
+                if (strcmp(kind, "message") == 0 && r->element[2]->type == REDIS_REPLY_STRING) {
+                    if (strcmp(chan, c->channel) == 0)
+                        dispatch(c, r->element[2]->str, r->element[2]->len);
+                    else
+                        dispatch_topic(c, chan);
+                } else if (strcmp(kind, "subscribe") == 0) {
+                    confirmed(c, chan);
+                }
+            } else if (r->type == REDIS_REPLY_ERROR) {
+                /* e.g. NOPERM for the channel: waiters fail with the server's words */
+                rs__log(c, RS_LOG_ERROR, "subscriber: %s", r->str);
+                pthread_mutex_lock(&c->nt.mu);
+                snprintf(c->nt.error, sizeof c->nt.error, "%s", r->str);
+                pthread_cond_broadcast(&c->nt.cv);
+                pthread_mutex_unlock(&c->nt.mu);
+            }
+            freeReplyObject(r);
+        }
+
+        pthread_mutex_lock(&c->nt.mu);
+        c->nt.subscribed = 0;
+        c->nt.fd = -1;
+        c->nt.ctx = NULL;
+        int stopping = c->nt.stop;
+        pthread_mutex_unlock(&c->nt.mu);
+        redisFree(ctx);
+        if (!stopping)
+            rs__log(c, RS_LOG_INFO, "subscriber connection lost; reconnecting");
+        pthread_mutex_lock(&c->nt.mu);
+    }
+    c->nt.subscribed = 0;
+    pthread_cond_broadcast(&c->nt.cv);
+    pthread_mutex_unlock(&c->nt.mu);
+    return NULL;
+}
+
+int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char *topic)
+{
+    memset(w, 0, sizeof *w);
+    snprintf(w->id, sizeof w->id, "%s", id ? id : "");
+    w->topic = topic;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    pthread_mutex_lock(&c->nt.mu);
+    if (!c->nt.started && !c->nt.stop) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&c->nt.thread, NULL, notify_main, c);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc != 0) {
+            pthread_mutex_unlock(&c->nt.mu);
+            pthread_cond_destroy(&w->cv);
+            return rs__fail(c, EAGAIN, "cannot start the notifier thread");
+        }
+        c->nt.started = 1;
+    }
+    /* Register only once subscribed: a wake-up for this acquisition can only be published
+     * after its first attempt, which is sent after we return. */
+    uint64_t until = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+    while (!c->nt.subscribed && !c->nt.stop && !atomic_load(&c->closing)) {
+        if (c->nt.error[0]) {
+            int rc = rs__fail(c, RS_ESERVER, "SUBSCRIBE %s refused: %s", c->channel, c->nt.error);
+            c->nt.error[0] = '\0';
+            pthread_mutex_unlock(&c->nt.mu);
+            pthread_cond_destroy(&w->cv);
+            return rc;
+        }
+        if (rs__now_ns() >= until) {
+            pthread_mutex_unlock(&c->nt.mu);
+            pthread_cond_destroy(&w->cv);
+            return rs__fail(c, RS_ECONN, "cannot subscribe to wake-ups within %ld ms",
+                            c->timeout_ms);
+        }
+        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+        pthread_cond_timedwait(&c->nt.cv, &c->nt.mu, &ts);
+    }
+    if (c->nt.stop || atomic_load(&c->closing)) {
+        pthread_mutex_unlock(&c->nt.mu);
+        pthread_cond_destroy(&w->cv);
+        return rs__fail(c, ECANCELED, "the client is closing");
+    }
+    w->next = c->nt.head;
+    if (c->nt.head)
+        c->nt.head->prev = w;
+    c->nt.head = w;
+    pthread_mutex_unlock(&c->nt.mu);
+    return 0;
+}
+
+int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    while (w->wake == RS_WAKE_NONE) {
+        if (until_ns == RS_NO_DEADLINE) {
+            pthread_cond_wait(&w->cv, &c->nt.mu);
+        } else {
+            if (rs__now_ns() >= until_ns) {
+                w->wake = RS_WAKE_TIMEOUT;
+                break;
+            }
+            struct timespec ts = {(time_t)(until_ns / 1000000000ull),
+                                  (long)(until_ns % 1000000000ull)};
+            pthread_cond_timedwait(&w->cv, &c->nt.mu, &ts);
+        }
+    }
+    int wake = w->wake;
+    if (wake != RS_WAKE_CANCEL)
+        w->wake = RS_WAKE_NONE;
+    pthread_mutex_unlock(&c->nt.mu);
+    return wake;
+}
+
+void rs__notify_end(rs_client_t *c, rs_waiter_t *w)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (c->nt.head == w)
+        c->nt.head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    pthread_mutex_unlock(&c->nt.mu);
+    pthread_cond_destroy(&w->cv);
+}
+
+void rs__notify_poke(rs_client_t *c, rs_waiter_t *w, int wake)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    poke_locked(w, wake);
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
+void rs__notify_cancel_all(rs_client_t *c)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    for (rs_waiter_t *w = c->nt.head; w; w = w->next)
+        poke_locked(w, RS_WAKE_CANCEL);
+    pthread_cond_broadcast(&c->nt.cv);
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
+void rs__notify_topology(rs_client_t *c)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    if (c->nt.fd >= 0 && c->nt.conn_gen != rs__topo_gen(c))
+        shutdown(c->nt.fd, SHUT_RDWR); /* the thread reconnects, to the current master */
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
+void rs__notify_stop(rs_client_t *c)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    int started = c->nt.started;
+    c->nt.stop = 1;
+    if (c->nt.fd >= 0)
+        shutdown(c->nt.fd, SHUT_RDWR);
+    pthread_cond_broadcast(&c->nt.cv);
+    pthread_mutex_unlock(&c->nt.mu);
+    if (started)
+        pthread_join(c->nt.thread, NULL);
+    c->nt.started = 0;
+    while (c->nt.watches) {
+        struct rs_watch *w = c->nt.watches;
+        c->nt.watches = w->next;
+        free(w->channel);
+        free(w);
+    }
+}
+
+int rs__notify_watch(rs_client_t *c, const char *channel)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->nt.mu);
+    struct rs_watch *w = watch_find(c, channel);
+    if (w) {
+        w->refs++;
+    } else {
+        w = calloc(1, sizeof *w);
+        if (!w || !(w->channel = strdup(channel))) {
+            free(w);
+            pthread_mutex_unlock(&c->nt.mu);
+            return rs__fail(c, ENOMEM, "out of memory");
+        }
+        w->refs = 1;
+        w->next = c->nt.watches;
+        c->nt.watches = w;
+        if (c->nt.fd >= 0)
+            write_raw(c, "SUBSCRIBE", channel);
+    }
+    /* a message published before the confirmation would be missed: wait for it */
+    uint64_t until = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+    while (!w->confirmed && !c->nt.stop && !atomic_load(&c->closing)) {
+        if (c->nt.error[0]) {
+            rc = rs__fail(c, RS_ESERVER, "SUBSCRIBE %s refused: %s", channel, c->nt.error);
+            c->nt.error[0] = '\0';
+            break;
+        }
+        if (rs__now_ns() >= until) {
+            rc = rs__fail(c, RS_ECONN, "cannot subscribe to %s within %ld ms", channel,
+                          c->timeout_ms);
+            break;
+        }
+        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+        pthread_cond_timedwait(&c->nt.cv, &c->nt.mu, &ts);
+    }
+    if (rc == 0 && !w->confirmed)
+        rc = rs__fail(c, ECANCELED, "the client is closing");
+    pthread_mutex_unlock(&c->nt.mu);
+    if (rc)
+        rs__notify_unwatch(c, channel);
+    return rc;
+}
+
+void rs__notify_unwatch(rs_client_t *c, const char *channel)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    for (struct rs_watch **p = &c->nt.watches; *p; p = &(*p)->next) {
+        struct rs_watch *w = *p;
+        if (strcmp(w->channel, channel) != 0)
+            continue;
+        if (--w->refs == 0) {
+            *p = w->next;
+            if (c->nt.fd >= 0)
+                write_raw(c, "UNSUBSCRIBE", channel);
+            free(w->channel);
+            free(w);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
+void rs__notify_forget(rs_client_t *c)
+{
+    /* in a child of fork(): the thread is gone; free its connection (closing our copy of
+     * the socket does not disturb the parent's) and the watched channels */
+    if (c->nt.ctx) {
+        redisFree(c->nt.ctx);
+        c->nt.ctx = NULL;
+    }
+    while (c->nt.watches) {
+        struct rs_watch *w = c->nt.watches;
+        c->nt.watches = w->next;
+        free(w->channel);
+        free(w);
+    }
+}

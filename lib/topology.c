@@ -1,0 +1,267 @@
+/*
+ * topology.c - the one place that knows where the client's data lives.
+ *
+ * rs__conn_connect asks rs__topo_target where to connect every time it opens a connection
+ * (pool, watchdog, notifier), and rs__topo_check whether the node it reached is the right
+ * one. So after a failover every new connection goes to the CURRENT master, whoever opens it.
+ *
+ *   single   (redis://, unix://)   the URL's server; nothing to check.
+ *   sentinel (redis-sentinel://)   SENTINEL get-master-addr-by-name MASTER, asked of each
+ *                                  sentinel in turn (starting with the one that answered
+ *                                  last); the node reached must say ROLE master (a sentinel
+ *                                  may still name the old master for a moment during a
+ *                                  failover: then the next sentinel is asked first).
+ *   cluster  (redis-cluster://)    a node of cluster.c's table, chosen by the caller (the
+ *                                  master of a key's slot) or in turn; nothing to check
+ *                                  (MOVED/ASK replies redirect, see script.c).
+ *
+ * A failover is noticed when a sentinel announces +switch-master (one watcher thread per
+ * client, subscribed on one sentinel at a time), when a connection breaks (Sentinel kills
+ * the old master's clients when it demotes it, which it does only seconds after the switch),
+ * when WAIT falls short (the promoted replica left the old master) or when a reply says
+ * READONLY / MASTERDOWN: the caller then calls
+ * rs__topo_changed, which bumps a generation so that every pooled connection opened before
+ * is dropped instead of reused, and retries within timeout_ms (script.c, watchdog.c).
+ * Adding a mode: a case in rs__topo_target and rs__topo_check, and the URL in url.c.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "internal.h"
+
+unsigned rs__topo_gen(rs_client_t *c)
+{
+    return atomic_load(&c->topo_gen);
+}
+
+void rs__topo_changed(rs_client_t *c)
+{
+    if (c->ep.mode == RS_MODE_SENTINEL) {
+        atomic_fetch_add(&c->topo_gen, 1);
+        rs__log(c, RS_LOG_INFO, "topology changed: reconnecting to the current master");
+        rs__notify_topology(c);
+    }
+}
+
+int rs__is_topology_error(const rs_client_t *c, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ERROR || c->ep.mode != RS_MODE_SENTINEL)
+        return 0;
+    return strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0;
+}
+
+/* One sentinel's answer for the master. 0 with out filled, else -1 with why set. */
+static int ask_sentinel(rs_client_t *c, const rs_node_t *s, long timeout_ms, rs_node_t *out,
+                        char *why, size_t whylen)
+{
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    redisContext *ctx = redisConnectWithTimeout(s->host, s->port, tv);
+    if (!ctx || ctx->err) {
+        snprintf(why, whylen, "sentinel %s:%d: %s", s->host, s->port,
+                 ctx ? ctx->errstr : "out of memory");
+        if (ctx)
+            redisFree(ctx);
+        return -1;
+    }
+    redisSetTimeout(ctx, tv);
+    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", c->ep.master};
+    size_t lens[3] = {8, 23, strlen(c->ep.master)};
+    redisReply *r;
+    int rc = -1;
+    if (rs__ctx_command(ctx, 3, argv, lens, &r) != 0) {
+        snprintf(why, whylen, "sentinel %s:%d: %s", s->host, s->port,
+                 ctx->errstr[0] ? ctx->errstr : "connection lost");
+    } else {
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING &&
+            r->element[0]->len < sizeof out->host) {
+            snprintf(out->host, sizeof out->host, "%s", r->element[0]->str);
+            out->port = atoi(r->element[1]->str);
+            rc = out->port > 0 ? 0 : -1;
+        }
+        if (rc != 0)
+            snprintf(why, whylen, "sentinel %s:%d does not know master \"%.64s\"%s%.80s", s->host,
+                     s->port, c->ep.master, r->type == REDIS_REPLY_ERROR ? ": " : "",
+                     r->type == REDIS_REPLY_ERROR ? r->str : "");
+        freeReplyObject(r);
+    }
+    redisFree(ctx);
+    return rc;
+}
+
+int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, char *why,
+                    size_t whylen)
+{
+    const rs_endpoint_t *ep = &c->ep;
+    if (ep->mode == RS_MODE_CLUSTER) {
+        int n = rs__cluster_nnodes(c);
+        if (node < 0 && n > 0)
+            node = (int)(atomic_fetch_add(&c->topo_next, 1) % (unsigned)n);
+        if (rs__cluster_node(c, node, out) == 0)
+            return 0;
+        snprintf(why, whylen, "no such cluster node");
+        return RS_ECONN;
+    }
+    if (ep->mode == RS_MODE_SINGLE) {
+        snprintf(out->host, sizeof out->host, "%s", ep->host);
+        out->port = ep->port;
+        return 0;
+    }
+    unsigned start = atomic_load(&c->topo_next);
+    for (int i = 0; i < ep->nseeds; i++) {
+        unsigned idx = (start + (unsigned)i) % (unsigned)ep->nseeds;
+        if (ask_sentinel(c, &ep->seeds[idx], timeout_ms, out, why, whylen) == 0) {
+            atomic_store(&c->topo_next, idx);
+            return 0;
+        }
+    }
+    return RS_ECONN;
+}
+
+int rs__topo_check(rs_client_t *c, redisContext *ctx, const rs_node_t *node, char *why,
+                   size_t whylen)
+{
+    if (c->ep.mode != RS_MODE_SENTINEL)
+        return 0;
+    const char *argv[1] = {"ROLE"};
+    size_t lens[1] = {4};
+    redisReply *r;
+    if (rs__ctx_command(ctx, 1, argv, lens, &r) != 0) {
+        snprintf(why, whylen, "connection to %s:%d dropped", node->host, node->port);
+        return RS_ECONN;
+    }
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+             r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+    if (!ok) {
+        snprintf(why, whylen, "%s:%d named by the sentinels is not a master (%.40s)", node->host,
+                 node->port,
+                 r->type == REDIS_REPLY_ERROR ? r->str
+                 : r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+                         r->element[0]->type == REDIS_REPLY_STRING
+                     ? r->element[0]->str
+                     : "unexpected ROLE reply");
+        /* ask another sentinel first next time: this one may lag behind the failover */
+        atomic_fetch_add(&c->topo_next, 1);
+    }
+    freeReplyObject(r);
+    return ok ? 0 : RS_ECONN;
+}
+
+/* ----- the +switch-master watcher ---------------------------------------------------- */
+
+static void *watch_main(void *arg)
+{
+    rs_client_t *c = arg;
+    const rs_endpoint_t *ep = &c->ep;
+    size_t mlen = strlen(ep->master);
+    unsigned next = 0;
+    long backoff_ms = 50;
+    int watched = 0;
+    pthread_mutex_lock(&c->sw.mu);
+    while (!c->sw.stop) {
+        pthread_mutex_unlock(&c->sw.mu);
+        const rs_node_t *s = &ep->seeds[next++ % (unsigned)ep->nseeds];
+        long ms = c->timeout_ms < 1000 ? c->timeout_ms : 1000;
+        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+        redisContext *ctx = redisConnectWithTimeout(s->host, s->port, tv);
+        redisReply *r = NULL;
+        int ok = ctx && !ctx->err;
+        if (ok) {
+            fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
+            redisSetTimeout(ctx, tv);
+            const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
+            size_t lens[2] = {9, 14};
+            ok = rs__ctx_command(ctx, 2, argv, lens, &r) == 0 && r->type == REDIS_REPLY_ARRAY;
+            if (r)
+                freeReplyObject(r);
+        }
+        pthread_mutex_lock(&c->sw.mu);
+        if (ok && !c->sw.stop) {
+            struct timeval none = {0, 0};
+            redisSetTimeout(ctx, none);
+            c->sw.fd = ctx->fd;
+            backoff_ms = 50;
+            pthread_mutex_unlock(&c->sw.mu);
+            /* a switch may have happened while no sentinel was watched */
+            if (watched)
+                rs__topo_changed(c);
+            watched = 1;
+            while (rs__ctx_read(ctx, &r) == 0) {
+                /* "message" "+switch-master" "NAME OLDIP OLDPORT NEWIP NEWPORT" */
+                if (r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                    r->element[2]->type == REDIS_REPLY_STRING && r->element[2]->len > mlen &&
+                    memcmp(r->element[2]->str, ep->master, mlen) == 0 &&
+                    r->element[2]->str[mlen] == ' ') {
+                    rs__log(c, RS_LOG_INFO, "sentinel: +switch-master %s", r->element[2]->str);
+                    rs__topo_changed(c);
+                }
+                freeReplyObject(r);
+            }
+            pthread_mutex_lock(&c->sw.mu);
+            c->sw.fd = -1;
+        }
+        if (ctx)
+            redisFree(ctx);
+        if (c->sw.stop)
+            break;
+        uint64_t until = rs__now_ns() + (uint64_t)backoff_ms * RS_NS_PER_MS;
+        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+        pthread_cond_timedwait(&c->sw.cv, &c->sw.mu, &ts);
+        if (backoff_ms < 1000)
+            backoff_ms *= 2;
+    }
+    pthread_mutex_unlock(&c->sw.mu);
+    return NULL;
+}
+
+int rs__topo_start(rs_client_t *c)
+{
+    if (c->ep.mode != RS_MODE_SENTINEL)
+        return 0;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->sw.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&c->sw.mu, NULL);
+    c->sw.fd = -1;
+    c->sw.inited = 1;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&c->sw.thread, NULL, watch_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return rs__fail(c, EAGAIN, "cannot start the sentinel watcher thread");
+    c->sw.started = 1;
+    return 0;
+}
+
+void rs__topo_stop(rs_client_t *c)
+{
+    if (!c->sw.inited)
+        return;
+    pthread_mutex_lock(&c->sw.mu);
+    c->sw.stop = 1;
+    if (c->sw.fd >= 0)
+        shutdown(c->sw.fd, SHUT_RDWR);
+    pthread_cond_broadcast(&c->sw.cv);
+    pthread_mutex_unlock(&c->sw.mu);
+    if (c->sw.started)
+        pthread_join(c->sw.thread, NULL);
+    c->sw.started = 0;
+}
+
+void rs__topo_free(rs_client_t *c)
+{
+    if (!c->sw.inited || rs__forked(c))
+        return;
+    pthread_mutex_destroy(&c->sw.mu);
+    pthread_cond_destroy(&c->sw.cv);
+    c->sw.inited = 0;
+}

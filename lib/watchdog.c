@@ -1,0 +1,603 @@
+/*
+ * watchdog.c - one thread per client that keeps every lease of the client alive.
+ *
+ * Holds and waiters' queue entries register an rs_lease_t. The thread wakes at the earliest
+ * renewal time or local deadline and renews, in ONE pipelined round trip on its own
+ * connection, every live lease that is at least a third into its renewal period (so leases
+ * of one client fall into step and 10,000 holds cost one round per period, not 10,000).
+ *
+ * Loss detection does not depend on Redis answering: each lease has a local monotonic
+ * deadline, the send time of the last confirmed renewal + lease - drift. When it passes, or
+ * a renewal reply says the hold is gone or taken, the hold is lost: on_lost is called once,
+ * from this thread, and the holder's unlock returns RS_ELOST. A lost hold is never renewed
+ * again, even if Redis still has it. Queue entries are not "lost": their waiter is poked to
+ * retry (which re-queues it or finds it granted). Under Cluster the round is one pipeline per
+ * node (each lease renewed on the master of its keys' slot; MOVED/ASK count as no answer and
+ * the next round, soon, goes to the right node). Under Sentinel a READONLY/MASTERDOWN reply
+ * or a broken connection makes the next round reconnect to the current master
+ * (topology.c); renewals are not confirmed with WAIT (a renewal lost in a failover costs
+ * at most the rest of the lease, which the new master still counts down).
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct rs_report {
+    const char *kind;
+    char *name;
+    struct rs_report *next;
+};
+
+uint64_t rs__drift_ns(long lease_ms)
+{
+    /* clock drift allowance as in Redlock: 1% of the lease plus 2 ms */
+    return (uint64_t)lease_ms * RS_NS_PER_MS / 100 + 2 * RS_NS_PER_MS;
+}
+
+static uint64_t period_ns(const rs_lease_t *l)
+{
+    return (uint64_t)l->lease_ms * RS_NS_PER_MS / 3;
+}
+
+rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                          const char *renew_op, const char *release_op, long lease_ms,
+                          const char *kind, const char *name, size_t namelen)
+{
+    rs_lease_t *l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    size_t total = 0;
+    for (int i = 0; i < args->n; i++)
+        total += args->len[i] + 1;
+    l->store = malloc(total ? total : 1);
+    l->name = malloc(namelen + 1);
+    if (!l->store || !l->name) {
+        free(l->store);
+        free(l->name);
+        free(l);
+        return NULL;
+    }
+    memcpy(l->name, name, namelen);
+    l->name[namelen] = '\0';
+    rs__argv_init(&l->args);
+    rs__argv_ref(&l->args, "", 0); /* the op, filled in per call */
+    char *p = l->store;
+    for (int i = 0; i < args->n; i++) {
+        memcpy(p, args->v[i], args->len[i]);
+        p[args->len[i]] = '\0';
+        rs__argv_ref(&l->args, p, args->len[i]);
+        p += args->len[i] + 1;
+    }
+    l->c = c;
+    l->script = s;
+    l->nkeys = nkeys;
+    l->renew_op = renew_op;
+    l->release_op = release_op;
+    l->lease_ms = lease_ms;
+    l->kind = kind;
+    atomic_init(&l->refs, 1);
+    return l;
+}
+
+void rs__lease_unref(rs_lease_t *l)
+{
+    if (l && atomic_fetch_sub(&l->refs, 1) == 1) {
+        free(l->store);
+        free(l->name);
+        free(l);
+    }
+}
+
+/* The lease's call with op put in front of its arguments; keys come first in Redis's
+ * order, so the op is moved after them. */
+static void lease_argv(const rs_lease_t *l, const char *op, rs_argv_t *out)
+{
+    rs__argv_init(out);
+    for (int i = 1; i <= l->nkeys; i++)
+        rs__argv_ref(out, l->args.v[i], l->args.len[i]);
+    rs__argv_str(out, op);
+    for (int i = l->nkeys + 1; i < l->args.n; i++)
+        rs__argv_ref(out, l->args.v[i], l->args.len[i]);
+}
+
+int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out)
+{
+    rs_argv_t a;
+    lease_argv(l, op, &a);
+    return rs__eval(c, l->script, l->nkeys, &a, out);
+}
+
+static void *watchdog_main(void *arg);
+
+/* Starts the thread with every signal blocked: library threads must never take the host
+ * program's signals (SIGPIPE least of all). Called with wd.mu held. */
+static int start_thread(rs_client_t *c)
+{
+    if (c->wd.started)
+        return 0;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&c->wd.thread, NULL, watchdog_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return rs__fail(c, EAGAIN, "cannot start the watchdog thread");
+    c->wd.started = 1;
+    return 0;
+}
+
+int rs__watch_add(rs_client_t *c, rs_lease_t *l, uint64_t sent_ns, long ttl_ms)
+{
+    if (ttl_ms <= 0 || ttl_ms > l->lease_ms)
+        ttl_ms = ttl_ms <= 0 ? 1 : l->lease_ms;
+    pthread_mutex_lock(&c->wd.mu);
+    int rc = start_thread(c);
+    if (rc == 0) {
+        /* Redis's lease ends at (run time + ttl) >= sent + ttl; renew when a third of the
+         * lease has gone since it was set */
+        l->deadline_ns = sent_ns + (uint64_t)ttl_ms * RS_NS_PER_MS - rs__drift_ns(l->lease_ms);
+        uint64_t end = sent_ns + (uint64_t)ttl_ms * RS_NS_PER_MS;
+        l->due_ns = end > 2 * period_ns(l) ? end - 2 * period_ns(l) : 0;
+        l->registered = 1;
+        atomic_fetch_add(&l->refs, 1);
+        l->prev = NULL;
+        l->next = c->wd.head;
+        if (c->wd.head)
+            c->wd.head->prev = l;
+        c->wd.head = l;
+        if (l->due_ns < c->wd.wake_ns)
+            pthread_cond_signal(&c->wd.cv);
+    }
+    pthread_mutex_unlock(&c->wd.mu);
+    return rc;
+}
+
+int rs__watch_holds(rs_client_t *c, const char *key, size_t keylen, const char *token,
+                    size_t toklen)
+{
+    int found = 0;
+    pthread_mutex_lock(&c->wd.mu);
+    for (rs_lease_t *l = c->wd.head; l && !found; l = l->next)
+        found = !l->waiter && !l->lost && l->nkeys >= 1 && l->args.n > l->nkeys + 1 &&
+                l->args.len[1] == keylen && memcmp(l->args.v[1], key, keylen) == 0 &&
+                l->args.len[l->nkeys + 1] == toklen &&
+                memcmp(l->args.v[l->nkeys + 1], token, toklen) == 0;
+    pthread_mutex_unlock(&c->wd.mu);
+    return found;
+}
+
+void rs__watch_del(rs_client_t *c, rs_lease_t *l)
+{
+    pthread_mutex_lock(&c->wd.mu);
+    int was = l->registered;
+    if (was) {
+        if (l->prev)
+            l->prev->next = l->next;
+        else
+            c->wd.head = l->next;
+        if (l->next)
+            l->next->prev = l->prev;
+        l->prev = l->next = NULL;
+        l->registered = 0;
+    }
+    pthread_mutex_unlock(&c->wd.mu);
+    if (was)
+        rs__lease_unref(l);
+}
+
+/* Queues the on_lost report of l unless done already. wd.mu held. */
+static void report_locked(rs_client_t *c, rs_lease_t *l)
+{
+    if (l->reported || l->waiter)
+        return;
+    l->reported = 1;
+    struct rs_report *r = malloc(sizeof *r);
+    if (r && (r->name = strdup(l->name)) != NULL) {
+        r->kind = l->kind;
+        r->next = c->wd.reports;
+        c->wd.reports = r;
+        start_thread(c);
+        pthread_cond_signal(&c->wd.cv);
+    } else {
+        free(r);
+    }
+}
+
+static void mark_lost_locked(rs_client_t *c, rs_lease_t *l)
+{
+    if (!l->lost) {
+        l->lost = 1;
+        if (!l->waiter) /* a waiter's queue entry is not a hold: it just queues again */
+            rs__log(c, RS_LOG_WARN, "%s \"%s\": hold lost", l->kind, l->name);
+    }
+    report_locked(c, l);
+}
+
+int rs__lease_is_lost(rs_client_t *c, rs_lease_t *l)
+{
+    pthread_mutex_lock(&c->wd.mu);
+    if (!l->lost && rs__now_ns() >= l->deadline_ns)
+        mark_lost_locked(c, l);
+    int lost = l->lost;
+    pthread_mutex_unlock(&c->wd.mu);
+    return lost;
+}
+
+void rs__lease_set_lost(rs_client_t *c, rs_lease_t *l)
+{
+    pthread_mutex_lock(&c->wd.mu);
+    mark_lost_locked(c, l);
+    pthread_mutex_unlock(&c->wd.mu);
+}
+
+uint64_t rs__lease_confirmed_ns(rs_client_t *c, rs_lease_t *l)
+{
+    pthread_mutex_lock(&c->wd.mu);
+    uint64_t t = l->deadline_ns + rs__drift_ns(l->lease_ms), len = (uint64_t)l->lease_ms * RS_NS_PER_MS;
+    t = t > len ? t - len : 0;
+    pthread_mutex_unlock(&c->wd.mu);
+    return t;
+}
+
+long rs__lease_remaining_ms(rs_client_t *c, rs_lease_t *l)
+{
+    pthread_mutex_lock(&c->wd.mu);
+    uint64_t now = rs__now_ns();
+    long left = 0;
+    if (!l->lost && l->deadline_ns > now)
+        left = (long)((l->deadline_ns - now) / RS_NS_PER_MS);
+    pthread_mutex_unlock(&c->wd.mu);
+    return left;
+}
+
+/* min_replicas > 0: a renewal counts only once WAIT (behind a PUBLISH of ours, see
+ * script.c) says enough replicas have it, so that the local deadline never runs past what a
+ * promoted replica would enforce. WAIT's timeout is kept under the round's socket timeout. */
+static int append_wait(rs_client_t *c, redisContext *ctx, long io_ms)
+{
+    char chan[256], n[16], t[24];
+    long wt = c->replica_timeout_ms < io_ms / 2 ? c->replica_timeout_ms : io_ms / 2;
+    snprintf(chan, sizeof chan, "%s:sync", c->channel);
+    snprintf(n, sizeof n, "%d", c->min_replicas);
+    snprintf(t, sizeof t, "%ld", wt > 0 ? wt : 1);
+    const char *pv[3] = {"PUBLISH", chan, ""};
+    size_t pl[3] = {7, strlen(chan), 0};
+    const char *wv[3] = {"WAIT", n, t};
+    size_t wl[3] = {4, strlen(n), strlen(t)};
+    if (rs__ctx_append(ctx, 3, pv, pl) != 0 || rs__ctx_append(ctx, 3, wv, wl) != 0)
+        return -1;
+    return 0;
+}
+
+/* WAIT's count after append_wait's two replies; -1 if it failed, -2 if the link broke. */
+static long long read_wait(redisContext *ctx)
+{
+    redisReply *r;
+    if (rs__ctx_read(ctx, &r) != 0)
+        return -2;
+    freeReplyObject(r);
+    if (rs__ctx_read(ctx, &r) != 0)
+        return -2;
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    freeReplyObject(r);
+    return v;
+}
+
+/* Results of one round, per lease: 1 renewed, 0 gone, 2 granted, -1 no answer. */
+static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t **batch,
+                      int *res, int n, uint64_t *sent)
+{
+    int confirm = c->min_replicas > 0;
+    long io_ms = c->timeout_ms;
+    for (int i = 0; i < n; i++)
+        if (batch[i]->lease_ms / 3 < io_ms)
+            io_ms = batch[i]->lease_ms / 3;
+    if (io_ms < 10)
+        io_ms = 10;
+    for (int i = 0; i < n; i++)
+        res[i] = -1;
+    if (*ctxp && node < 0 && c->wd.ctx_gen != rs__topo_gen(c)) {
+        redisFree(*ctxp); /* the master moved since it was opened */
+        *ctxp = NULL;
+    }
+    if (!*ctxp) {
+        unsigned gen = rs__topo_gen(c);
+        if (rs__conn_connect_to(c, node, rs__now_ns() + (uint64_t)io_ms * RS_NS_PER_MS, io_ms,
+                                ctxp) != 0) {
+            if (c->ep.mode == RS_MODE_CLUSTER)
+                rs__cluster_stale(c);
+            return;
+        }
+        if (node < 0)
+            c->wd.ctx_gen = gen;
+    } else {
+        struct timeval tv = {io_ms / 1000, (io_ms % 1000) * 1000};
+        redisSetTimeout(*ctxp, tv);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        int pending = 0;
+        *sent = rs__now_ns();
+        for (int i = 0; i < n; i++) {
+            if (res[i] != -1)
+                continue;
+            rs_argv_t a, av;
+            lease_argv(batch[i], batch[i]->renew_op, &a);
+            rs__evalsha_argv(batch[i]->script, batch[i]->nkeys, &a, &av);
+            if (rs__ctx_append(*ctxp, av.n, av.v, av.len) != 0)
+                goto broken;
+            pending++;
+        }
+        if (!pending)
+            goto done;
+        if (confirm && append_wait(c, *ctxp, io_ms) != 0)
+            goto broken;
+        int noscript = 0, moved = 0, ask = 0;
+        for (int i = 0; i < n; i++) {
+            if (res[i] != -1)
+                continue;
+            redisReply *r;
+            if (rs__ctx_read(*ctxp, &r) != 0)
+                goto broken;
+            if (r->type == REDIS_REPLY_INTEGER)
+                res[i] = (int)r->integer == 1 && confirm ? -3 : (int)r->integer;
+            else if (rs__is_topology_error(c, r))
+                moved = 1; /* no answer: renewed on the new master next round */
+            else if (r->type == REDIS_REPLY_ERROR && c->ep.mode == RS_MODE_CLUSTER &&
+                     rs__cluster_redirect(c, r->str, &ask) >= 0)
+                ; /* MOVED/ASK: no answer; the next round (soon) goes to the right node */
+            else if (rs__is_noscript(r))
+                noscript = 1, res[i] = -2;
+            else if (r->type == REDIS_REPLY_ERROR)
+                rs__log(c, RS_LOG_WARN, "renewing %s \"%s\": %s", batch[i]->kind, batch[i]->name,
+                        r->str);
+            freeReplyObject(r);
+        }
+        if (confirm) {
+            long long acked = read_wait(*ctxp);
+            if (acked == -2)
+                goto broken;
+            for (int i = 0; i < n; i++)
+                if (res[i] == -3)
+                    res[i] = acked >= c->min_replicas ? 1 : -4;
+            if (acked < c->min_replicas && c->ep.mode == RS_MODE_SENTINEL)
+                moved = 1; /* perhaps a master failed over but not demoted yet: ask again */
+        }
+        if (moved) {
+            rs__topo_changed(c);
+            goto broken;
+        }
+        if (!noscript)
+            goto done;
+        for (int i = 0; i < n; i++)
+            if (res[i] == -2) {
+                res[i] = -1;
+                if (rs__script_load(c, *ctxp, batch[i]->script) == RS_ECONN)
+                    goto broken;
+            }
+    }
+    goto done;
+broken:
+    redisFree(*ctxp);
+    *ctxp = NULL;
+    rs__topo_changed(c); /* under Sentinel: perhaps a failover; the pool reconnects too */
+    if (c->ep.mode == RS_MODE_CLUSTER)
+        rs__cluster_stale(c);
+done:
+    for (int i = 0; i < n; i++)
+        if (res[i] < -1)
+            res[i] = -1; /* renewed but not confirmed by enough replicas: no answer */
+}
+
+/* One round for every lease of batch: on one connection, or under Cluster one pipelined
+ * round per node, each lease going to the master of its keys' slot. *sent is the send time
+ * of the first group (the earliest, so local deadlines stay on the safe side). */
+static void run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent)
+{
+    if (c->ep.mode != RS_MODE_CLUSTER) {
+        run_round(c, &c->wd.ctx, -1, batch, res, n, sent);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        res[i] = -1;
+    rs__cluster_refresh(c, 0, c->timeout_ms); /* only if a MOVED made it stale */
+    int *node = malloc((size_t)n * 3 * sizeof *node + 1);
+    rs_lease_t **sub = malloc((size_t)n * sizeof *sub + 1);
+    if (!node || !sub) {
+        free(node);
+        free(sub);
+        return;
+    }
+    int *subres = node + n, *where = node + 2 * n;
+    for (int i = 0; i < n; i++) {
+        node[i] = rs__cluster_node_of(c, batch[i]->args.v[1], batch[i]->args.len[1]);
+        if (node[i] < 0)
+            node[i] = 0; /* unknown slot: any node, whose MOVED fixes the map */
+    }
+    int first = 1;
+    for (int i = 0; i < n; i++) {
+        if (node[i] < 0)
+            continue;
+        int nd = node[i], m = 0;
+        for (int j = i; j < n; j++)
+            if (node[j] == nd) {
+                where[m] = j;
+                sub[m++] = batch[j];
+                node[j] = -1; /* grouped */
+            }
+        uint64_t s = rs__now_ns();
+        run_round(c, &c->wd.cctx[nd], nd, sub, subres, m, &s);
+        if (first || s < *sent)
+            *sent = s;
+        first = 0;
+        for (int k = 0; k < m; k++)
+            res[where[k]] = subres[k];
+    }
+    free(node);
+    free(sub);
+}
+
+static void deliver_reports(rs_client_t *c)
+{
+    /* wd.mu held on entry and exit; released around the callbacks */
+    while (c->wd.reports) {
+        struct rs_report *r = c->wd.reports;
+        c->wd.reports = NULL;
+        pthread_mutex_unlock(&c->wd.mu);
+        while (r) {
+            struct rs_report *next = r->next;
+            if (c->on_lost)
+                c->on_lost(r->kind, r->name, c->on_lost_arg);
+            free(r->name);
+            free(r);
+            r = next;
+        }
+        pthread_mutex_lock(&c->wd.mu);
+    }
+}
+
+static void *watchdog_main(void *arg)
+{
+    rs_client_t *c = arg;
+    int cap = 0;
+    rs_lease_t **batch = NULL;
+    int *res = NULL;
+    pthread_mutex_lock(&c->wd.mu);
+    while (!c->wd.stop) {
+        deliver_reports(c);
+        uint64_t now = rs__now_ns(), wake = RS_NO_DEADLINE;
+        int n = 0, ndue = 0;
+        for (rs_lease_t *l = c->wd.head; l; l = l->next) {
+            if (l->lost)
+                continue;
+            if (now >= l->deadline_ns) {
+                if (l->waiter)
+                    rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
+                mark_lost_locked(c, l);
+                continue;
+            }
+            if (l->deadline_ns < wake)
+                wake = l->deadline_ns;
+            /* renew once a third of the period has gone, so leases fall into one round */
+            if (l->due_ns <= now)
+                ndue++;
+            else if (l->due_ns < wake)
+                wake = l->due_ns;
+            if (l->due_ns <= now + period_ns(l) * 2 / 3)
+                n++;
+        }
+        if (c->wd.reports)
+            continue;
+        if (ndue > 0) {
+            if (n > cap) {
+                int ncap = n * 2;
+                rs_lease_t **nb = realloc(batch, (size_t)ncap * sizeof *nb);
+                int *nr = nb ? realloc(res, (size_t)ncap * sizeof *nr) : NULL;
+                if (nb)
+                    batch = nb;
+                if (nr)
+                    res = nr, cap = ncap;
+                if (n > cap)
+                    n = cap; /* out of memory: renew what fits this round */
+            }
+            int k = 0;
+            for (rs_lease_t *l = c->wd.head; l && k < n; l = l->next)
+                if (!l->lost && l->due_ns <= now + period_ns(l) * 2 / 3) {
+                    atomic_fetch_add(&l->refs, 1);
+                    batch[k++] = l;
+                }
+            n = k;
+            pthread_mutex_unlock(&c->wd.mu);
+            uint64_t sent = now;
+            run_rounds(c, batch, res, n, &sent);
+            pthread_mutex_lock(&c->wd.mu);
+            uint64_t after = rs__now_ns();
+            for (int i = 0; i < n; i++) {
+                rs_lease_t *l = batch[i];
+                if (l->registered && !l->lost) {
+                    if (res[i] == 1 || (res[i] == 2 && l->waiter)) {
+                        l->deadline_ns = sent + (uint64_t)l->lease_ms * RS_NS_PER_MS -
+                                         rs__drift_ns(l->lease_ms);
+                        l->due_ns = sent + period_ns(l);
+                        if (res[i] == 2)
+                            rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
+                    } else if (res[i] == 0 || res[i] == 2) {
+                        if (l->waiter) {
+                            rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
+                            l->due_ns = after + period_ns(l);
+                        } else {
+                            mark_lost_locked(c, l);
+                        }
+                    } else {
+                        /* no answer: try again soon, well before the local deadline */
+                        uint64_t retry = period_ns(l) / 4;
+                        if (retry > 200 * RS_NS_PER_MS)
+                            retry = 200 * RS_NS_PER_MS;
+                        l->due_ns = after + retry;
+                    }
+                }
+            }
+            pthread_mutex_unlock(&c->wd.mu);
+            for (int i = 0; i < n; i++)
+                rs__lease_unref(batch[i]);
+            pthread_mutex_lock(&c->wd.mu);
+            continue;
+        }
+        c->wd.wake_ns = wake;
+        if (wake == RS_NO_DEADLINE) {
+            pthread_cond_wait(&c->wd.cv, &c->wd.mu);
+        } else {
+            struct timespec ts = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
+            pthread_cond_timedwait(&c->wd.cv, &c->wd.mu, &ts);
+        }
+        c->wd.wake_ns = 0;
+    }
+    deliver_reports(c);
+    pthread_mutex_unlock(&c->wd.mu);
+    free(batch);
+    free(res);
+    return NULL;
+}
+
+void rs__watchdog_stop(rs_client_t *c)
+{
+    pthread_mutex_lock(&c->wd.mu);
+    int started = c->wd.started;
+    c->wd.stop = 1;
+    pthread_cond_signal(&c->wd.cv);
+    pthread_mutex_unlock(&c->wd.mu);
+    if (started)
+        pthread_join(c->wd.thread, NULL);
+    c->wd.started = 0;
+    if (c->wd.ctx) {
+        redisFree(c->wd.ctx);
+        c->wd.ctx = NULL;
+    }
+    for (int i = 0; i < RS_NODES_MAX; i++)
+        if (c->wd.cctx[i]) {
+            redisFree(c->wd.cctx[i]);
+            c->wd.cctx[i] = NULL;
+        }
+}
+
+void rs__watchdog_forget(rs_client_t *c)
+{
+    /* in a child of fork(): the thread is gone; drop its references and reports */
+    while (c->wd.head) {
+        rs_lease_t *l = c->wd.head;
+        c->wd.head = l->next;
+        l->registered = 0;
+        rs__lease_unref(l);
+    }
+    while (c->wd.reports) {
+        struct rs_report *r = c->wd.reports;
+        c->wd.reports = r->next;
+        free(r->name);
+        free(r);
+    }
+    if (c->wd.ctx) {
+        redisFree(c->wd.ctx);
+        c->wd.ctx = NULL;
+    }
+}

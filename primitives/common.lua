@@ -1,0 +1,99 @@
+-- common.lua - the helpers every primitive script shares. scripts/embed-lua.sh puts this
+-- text in front of each primitives/NAME/NAME.lua at build time, so Redis still receives one
+-- self-contained script per primitive (one EVALSHA, one SHA1). Nothing here reads KEYS or
+-- ARGV: the keys are passed in, so each script keeps its own key layout.
+--
+-- Waiter queues (mutex, rwlock, semaphore) are a zset Q (acquisition id -> arrival number,
+-- FIFO) plus a hash QI (acquisition id -> "EXPIRYMS LEASEMS TOKENHASH[ MORE]"): an entry is
+-- a lease of its own, renewed by the waiter's watchdog, so a crashed waiter is skipped.
+
+local FENCE_TTL = 2592000000 -- a fencing counter lives 30 days after its last grant
+
+local function fmt(x)
+  return string.format('%d', x)
+end
+
+-- Server time in milliseconds and in microseconds (the client's clock is never used).
+local function clock()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- Raises key's TTL to at least ms (never lowers it).
+local function extend(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+
+-- nil if every key is absent or of its wanted type (want[i] for KEYS[i]), else the
+-- WRONGTYPE error to return before anything is written.
+local function wrong_type(want, what)
+  for i = 1, #want do
+    local t = redis.call('TYPE', KEYS[i]).ok
+    if t ~= 'none' and t ~= want[i] then
+      return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. t ..
+                               ', not a redisync ' .. what .. ' ' .. want[i])
+    end
+  end
+  return nil
+end
+
+-- Next fencing token of counter key fkey: counter + 1, but never below the server clock in
+-- microseconds, so tokens keep rising even if the counter is lost (restart, failover,
+-- expiry). The GET also checks the counter's type before it is written.
+local function next_fence(fkey, now_us)
+  local f = (tonumber(redis.call('GET', fkey)) or 0) + 1
+  if f < now_us then f = now_us end
+  local s = fmt(f)
+  redis.call('SET', fkey, s, 'PX', FENCE_TTL)
+  return s
+end
+
+local function q_drop(q, qi, id)
+  redis.call('ZREM', q, id)
+  redis.call('HDEL', qi, id)
+end
+
+-- The first live entry of the queue and its info (expired ones are removed on the way).
+local function q_live_head(q, qi, now_ms)
+  while true do
+    local head = redis.call('ZRANGE', q, 0, 0)[1]
+    if not head then return nil end
+    local info = redis.call('HGET', qi, head)
+    local exp = info and tonumber(string.match(info, '^(%d+) '))
+    if exp and exp > now_ms then return head, info end
+    q_drop(q, qi, head)
+  end
+end
+
+-- Adds id at the tail of the queue (or refreshes its entry if it is queued already), with
+-- info as its entry. A full queue (maxw) is swept of expired entries once, then refused with
+-- RSQUEUE. Returns nil, or the error to return. Reads both keys before writing either.
+local function q_add(q, qi, id, info, maxw, qlease, now_ms)
+  redis.call('HEXISTS', qi, id)
+  if not redis.call('ZSCORE', q, id) then
+    if redis.call('ZCARD', q) >= maxw then
+      local all = redis.call('HGETALL', qi)
+      for i = 1, #all, 2 do
+        local exp = tonumber(string.match(all[i + 1], '^(%d+) '))
+        if not exp or exp <= now_ms then q_drop(q, qi, all[i]) end
+      end
+      if redis.call('ZCARD', q) >= maxw then
+        return redis.error_reply('RSQUEUE waiter queue full')
+      end
+    end
+    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    redis.call('ZADD', q, (tonumber(last[2]) or 0) + 1, id)
+  end
+  redis.call('HSET', qi, id, info)
+  extend(q, 2 * qlease)
+  extend(qi, 2 * qlease)
+  return nil
+end
+
+-- The channel of the client that made acquisition id "PUBLICID:N".
+local function client_channel(prefix, id)
+  return prefix .. (string.match(id, '^([^:]+):') or '')
+end
+
+-- ---- end of common.lua; the primitive's own script follows ----

@@ -1,0 +1,192 @@
+/*
+ * inspect.c - rs_inspect, rs_list and rs_force_release: what operators and the command-line
+ * tool see of the primitives in Redis.
+ *
+ * This is the one place that lists every primitive kind (the table below). Each kind's
+ * script answers "info" with one reply shape shared by all kinds, and "force" with the
+ * number of holds it dropped, so the calls here need nothing else of a primitive: they run
+ * the op through a temporary handle (which builds the keys exactly as the primitive does).
+ * rs_list walks the keyspace with SCAN (under Cluster on every master in turn) and
+ * recognises a primitive by its main key, PREFIX:{NAME}:KIND.
+ */
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+extern const rs_kind_t rs_kind_mutex, rs_kind_rmutex, rs_kind_rwlock, rs_kind_sem, rs_kind_latch;
+
+static const rs_kind_t *const kinds[] = {&rs_kind_mutex, &rs_kind_rmutex, &rs_kind_rwlock,
+                                         &rs_kind_sem, &rs_kind_latch};
+
+static const rs_kind_t *kind_find(rs_client_t *c, const char *kind)
+{
+    if (!kind) {
+        rs__fail(c, EINVAL, "kind is NULL");
+        return NULL;
+    }
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(kinds[i]->name, kind) == 0)
+            return kinds[i];
+    rs__fail(c, EINVAL, "unknown kind \"%.32s\" (mutex, rmutex, rwlock, sem or latch)", kind);
+    return NULL;
+}
+
+/* Runs op on (kind, name) through a temporary handle. */
+static int run_op(rs_client_t *c, const char *kind, const char *name, const char *op,
+                  redisReply **out)
+{
+    const rs_kind_t *k = kind_find(c, kind);
+    if (!k)
+        return EINVAL;
+    rs_handle_t h;
+    int rc = rs__handle_init(&h, c, k->name, k->script, name, k->suffixes, k->nkeys);
+    if (rc)
+        return rc;
+    rc = rs__enter(c);
+    if (rc == 0) {
+        rs_call_t call;
+        rs__call_init(&call, &h, NULL);
+        rc = rs__call_run(&call, op, "t", out);
+        rs__leave(c);
+    }
+    rs__handle_destroy(&h);
+    return rc;
+}
+
+static long long int_at(const redisReply *r, size_t i)
+{
+    if (i >= r->elements)
+        return -1;
+    const redisReply *e = r->element[i];
+    if (e->type == REDIS_REPLY_INTEGER)
+        return e->integer;
+    if (e->type == REDIS_REPLY_STRING)
+        return strtoll(e->str, NULL, 10);
+    return -1;
+}
+
+RS_API int rs_inspect(rs_client_t *c, const char *kind, const char *name, rs_info_t *out)
+{
+    if (!out)
+        return rs__fail(c, EINVAL, "info pointer is NULL");
+    memset(out, 0, sizeof *out);
+    redisReply *r;
+    int rc = run_op(c, kind, name, "info", &r);
+    if (rc)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 9) {
+        freeReplyObject(r);
+        return rs__fail(c, RS_ESERVER, "unexpected reply to info from the %s script", kind);
+    }
+    snprintf(out->kind, sizeof out->kind, "%s", kind);
+    out->exists = int_at(r, 0) > 0;
+    out->nholders = (unsigned)(int_at(r, 1) > 0 ? int_at(r, 1) : 0);
+    out->remaining_ms = (long)int_at(r, 2);
+    long long f = int_at(r, 3);
+    out->fence = f > 0 ? (uint64_t)f : 0;
+    out->waiters = (unsigned)(int_at(r, 4) > 0 ? int_at(r, 4) : 0);
+    out->writer = int_at(r, 5) > 0;
+    out->size = (long)int_at(r, 6);
+    out->free = (long)int_at(r, 7);
+    out->count = (long)int_at(r, 8);
+    for (size_t i = 9, k = 0; i < r->elements && k < RS_INFO_HOLDERS; i++, k++)
+        if (r->element[i]->type == REDIS_REPLY_STRING)
+            snprintf(out->holders[k], sizeof out->holders[k], "%s", r->element[i]->str);
+    freeReplyObject(r);
+    return 0;
+}
+
+RS_API int rs_force_release(rs_client_t *c, const char *kind, const char *name)
+{
+    redisReply *r;
+    int rc = run_op(c, kind, name, "force", &r);
+    if (rc == 0) {
+        rs__log(c, RS_LOG_WARN, "force release of %s \"%s\": %lld hold(s) dropped", kind, name,
+                r->type == REDIS_REPLY_INTEGER ? r->integer : 0);
+        freeReplyObject(r);
+    }
+    return rc;
+}
+
+/* If key is the main key of a known kind, PREFIX:{NAME}:KIND, report it. */
+static int one_key(rs_client_t *c, const char *key, size_t len, const char *pattern,
+                   int (*each)(const char *, const char *, void *), void *arg)
+{
+    size_t pl = c->prefix_len;
+    if (len < pl + 4 || memcmp(key, c->prefix, pl) != 0 || key[pl] != ':' || key[pl + 1] != '{')
+        return 0;
+    const char *colon = memrchr(key, ':', len);
+    if (!colon || colon == key || colon[-1] != '}')
+        return 0;
+    const char *kind = colon + 1;
+    size_t kl = len - (size_t)(kind - key);
+    const rs_kind_t *k = NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strlen(kinds[i]->name) == kl && memcmp(kinds[i]->name, kind, kl) == 0)
+            k = kinds[i];
+    const char *nm = key + pl + 2;
+    size_t nl = (size_t)(colon - 1 - nm);
+    if (!k || nl == 0 || nl > RS_NAME_MAX + 1)
+        return 0;
+    if (nm[0] == '\\') /* the escape of names starting with '}' or '\' (keys.c) */
+        nm++, nl--;
+    char name[RS_NAME_MAX + 2];
+    memcpy(name, nm, nl);
+    name[nl] = '\0';
+    if (strlen(name) != nl || (pattern && fnmatch(pattern, name, 0) != 0))
+        return 0;
+    return each(k->name, name, arg);
+}
+
+RS_API int rs_list(rs_client_t *c, const char *pattern,
+                   int (*each)(const char *kind, const char *name, void *arg), void *arg)
+{
+    if (!each)
+        return rs__fail(c, EINVAL, "callback is NULL");
+    int rc = rs__enter(c);
+    if (rc)
+        return rc;
+    char match[160];
+    snprintf(match, sizeof match, "%s:{*", c->prefix);
+    uint64_t deadline = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+    /* under Cluster every master is scanned in turn; elsewhere the one server */
+    int nodes[RS_NODES_MAX] = {-1}, nnodes = 1;
+    if (c->ep.mode == RS_MODE_CLUSTER)
+        nnodes = rs__cluster_masters(c, nodes, RS_NODES_MAX);
+    for (int ni = 0; ni < nnodes && rc == 0; ni++) {
+        char cursor[32] = "0";
+        do {
+            rs_conn_t *k;
+            if ((rc = rs__conn_get_node(c, nodes[ni], deadline, &k)) != 0)
+                break;
+            const char *argv[6] = {"SCAN", cursor, "MATCH", match, "COUNT", "1000"};
+            size_t lens[6] = {4, strlen(cursor), 5, strlen(match), 5, 4};
+            redisReply *r;
+            if (rs__ctx_command(k->ctx, 6, argv, lens, &r) != 0) {
+                rs__conn_put(c, k, 1);
+                rc = rs__fail(c, RS_ECONN, "connection lost during SCAN");
+                break;
+            }
+            rs__conn_put(c, k, 0);
+            if (r->type == REDIS_REPLY_ERROR) {
+                rc = rs__reply_error(c, r);
+            } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                       r->element[0]->type != REDIS_REPLY_STRING ||
+                       r->element[1]->type != REDIS_REPLY_ARRAY) {
+                rc = rs__fail(c, RS_ESERVER, "unexpected reply to SCAN");
+            } else {
+                snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+                const redisReply *keys = r->element[1];
+                for (size_t i = 0; i < keys->elements && rc == 0; i++)
+                    if (keys->element[i]->type == REDIS_REPLY_STRING)
+                        rc = one_key(c, keys->element[i]->str, keys->element[i]->len, pattern, each, arg);
+            }
+            freeReplyObject(r);
+        } while (rc == 0 && strcmp(cursor, "0") != 0);
+    }
+    rs__leave(c);
+    return rc;
+}

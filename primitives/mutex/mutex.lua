@@ -1,0 +1,199 @@
+-- mutex.lua - the distributed mutex: one owner at a time, FIFO waiter queue, direct handoff.
+-- Run with EVALSHA by primitives/mutex/mutex.c, and by primitives/rmutex/rmutex.c for the
+-- recursive mutex (ops enter/leave; its keys carry the kind "rmutex", so the two never
+-- share state). See docs/scripts.md for the protocol.
+--
+-- KEYS[1] lock   hash   o = SHA1(owner token), a = acquisition id, f = fencing token,
+--                       r = id of the last released acquisition (a retried release is not
+--                       mistaken for a lost hold), n = hold count (recursive mutex),
+--                       e = id of the last enter/leave call. Its TTL is the holder's lease.
+-- KEYS[2] fence  string the per-name fencing counter (30-day TTL, refreshed on use)
+-- KEYS[3] queue  zset   acquisition id -> arrival number (FIFO order)
+-- KEYS[4] qinfo  hash   acquisition id -> "EXPIRYMS LEASEMS TOKENHASH" (a waiter's entry lease)
+--
+-- ARGV[1] op: acq | renew | rel | qrenew | cancel | enter | leave | info | force
+-- ARGV[2] owner token (raw; only its SHA1 is stored)
+-- ARGV[3] acquisition id "PUBLICID:N" (wake-ups go to channel ARGV[5] .. PUBLICID)
+-- ARGV[4] lease ms
+-- ARGV[5] channel prefix, e.g. "rs:client:"
+-- ARGV[6] (acq) "q": queue when busy, "t": try only
+-- ARGV[7] (acq) max waiters
+-- ARGV[8] (acq, qrenew) queue entry lease ms
+-- ARGV[9] (enter, leave) id of this call (a retry of it is recognised)
+--
+-- Replies:
+--   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
+--           {0, holder_ttlms, queued, fence_counter} busy; {-1} held by this owner under another id;
+--           error "RSQUEUE ..." when the queue is full
+--   renew   1 renewed, 0 not ours any more
+--   rel     1 released (or handed to the next waiter), 0 not ours (the hold was lost)
+--   qrenew  1 entry renewed, 2 the lock was handed to this id meanwhile, 0 entry gone
+--   cancel  {1, fence, ttlms} it was handed to this id (keep it); {0} left the queue
+--   enter   the new hold count (re-entry), 0 not ours any more
+--   leave   the new hold count (>= 1; the last unlock is rel), 0 not ours any more
+--   info    {exists, nholders, ttl, fence, waiters, 0, -1, -1, count, holder...} (read-only;
+--           the inspection reply every script shares, see primitives/inspect.c)
+--   force   operators: drops the current hold (its holder learns at its next renewal) and
+--           hands the mutex to the first live waiter; 1 if something was held, else 0
+--
+-- Every key is read before the script first writes (a read of a key of another type fails
+-- with WRONGTYPE, and a script that fails half-way keeps its earlier writes): acq and rel are
+-- ordered so that their reads check the keys, which spares four TYPE calls on the hot path;
+-- cancel checks explicitly. Releases free memory before they allocate (under noeviction a
+-- script fails at its first allocating write). Time comes only from the server (TIME).
+
+local op = ARGV[1]
+
+-- The helpers of primitives/common.lua (clock, next_fence, q_*) come before this text.
+local function check_types()
+  return wrong_type({'hash', 'string', 'zset', 'hash'}, 'mutex')
+end
+
+-- grant() is the first writer of every path that reaches it, so next_fence's GET also
+-- checks the counter's type before anything is written.
+local function grant(tokhash, acq, lease, now_us, prev)
+  local f = next_fence(KEYS[2], now_us)
+  redis.call('HSET', KEYS[1], 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', 1, 'e', '')
+  redis.call('PEXPIRE', KEYS[1], lease)
+  return f
+end
+
+local function drop(acq)
+  q_drop(KEYS[3], KEYS[4], acq)
+end
+
+local function live_head(now_ms)
+  return q_live_head(KEYS[3], KEYS[4], now_ms)
+end
+
+-- Hands the free lock to the first live waiter and wakes it with one message on its own
+-- client's channel. Returns true if someone got it. now_ms may be nil (read TIME only when
+-- someone waits: the common release has an empty queue).
+local function hand_to_head(now_ms, now_us, prev)
+  if not now_ms then
+    if redis.call('ZCARD', KEYS[3]) == 0 then return false end
+    now_ms, now_us = clock()
+  end
+  local head, info = live_head(now_ms)
+  if not head then return false end
+  local _, lease, tok = string.match(info, '^(%d+) (%d+) (%x+)$')
+  local f = grant(tok, head, lease, now_us, prev)
+  drop(head)
+  redis.call('PUBLISH', client_channel(ARGV[5], head), head .. ' ' .. f)
+  return true
+end
+
+local function qinfo(tokhash, now_ms)
+  return fmt(now_ms + tonumber(ARGV[8])) .. ' ' .. ARGV[4] .. ' ' .. tokhash
+end
+
+local function enqueue(tokhash, now_ms)
+  return q_add(KEYS[3], KEYS[4], ARGV[3], qinfo(tokhash, now_ms), tonumber(ARGV[7]),
+               tonumber(ARGV[8]), now_ms)
+end
+
+local tokhash = redis.sha1hex(ARGV[2])
+
+if op == 'renew' then
+  local h = redis.call('HMGET', KEYS[1], 'o', 'a')
+  if h[1] == tokhash and h[2] == ARGV[3] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    return 1
+  end
+  return 0
+end
+
+if op == 'qrenew' then
+  local h = redis.call('HMGET', KEYS[1], 'o', 'a')
+  if h[1] == tokhash and h[2] == ARGV[3] then return 2 end
+  local info = redis.call('HGET', KEYS[4], ARGV[3])
+  if not info then return 0 end
+  local now_ms = clock()
+  redis.call('HSET', KEYS[4], ARGV[3], qinfo(tokhash, now_ms))
+  extend(KEYS[3], 2 * tonumber(ARGV[8]))
+  extend(KEYS[4], 2 * tonumber(ARGV[8]))
+  return 1
+end
+
+local h = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'r')
+
+if op == 'acq' then
+  if h[1] == tokhash then
+    if h[2] == ARGV[3] then return {1, h[3], redis.call('PTTL', KEYS[1])} end
+    return {-1}
+  end
+  local now_ms, now_us = clock()
+  if not h[1] then
+    -- free: FIFO, so only the first live waiter (or anyone, if none waits) may take it
+    local head = live_head(now_ms)
+    if not head or head == ARGV[3] then
+      local f = grant(tokhash, ARGV[3], ARGV[4], now_us, h[4])
+      if head then drop(head) end
+      return {1, f, tonumber(ARGV[4])}
+    end
+    hand_to_head(now_ms, now_us, h[4])
+  end
+  local ttl = redis.call('PTTL', KEYS[1])
+  local seen = redis.call('GET', KEYS[2]) or '0' -- stale wake-ups carry no more (lib/wait.c)
+  if ARGV[6] ~= 'q' then return {0, ttl, 0, seen} end
+  local e = enqueue(tokhash, now_ms)
+  if e then return e end
+  return {0, ttl, 1, seen}
+end
+
+if op == 'rel' then
+  if h[1] == tokhash and h[2] == ARGV[3] then
+    if not hand_to_head(nil, nil, ARGV[3]) then
+      redis.call('DEL', KEYS[1])
+      -- remember the release for a while, so a retry of it is not taken for a loss
+      if redis.pcall('HSET', KEYS[1], 'r', ARGV[3]) == 1 then
+        redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[4]), 10000))
+      end
+    end
+    return 1
+  end
+  if h[4] == ARGV[3] then return 1 end
+  return 0
+end
+
+if op == 'info' then
+  local exists = redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) > 0 and 1 or 0
+  local fence = h[3] or redis.call('GET', KEYS[2]) or '0'
+  local waiters = redis.call('ZCARD', KEYS[3])
+  if not h[1] then return {exists, 0, -1, fence, waiters, 0, -1, -1, -1} end
+  local n = tonumber(redis.call('HGET', KEYS[1], 'n')) or 1
+  return {exists, 1, redis.call('PTTL', KEYS[1]), fence, waiters, 1, -1, -1, n, h[2]}
+end
+
+if op == 'force' then
+  if not h[1] then return 0 end
+  redis.call('DEL', KEYS[1])
+  hand_to_head(nil, nil, '')
+  return 1
+end
+
+if op == 'enter' or op == 'leave' then
+  if h[1] ~= tokhash or h[2] ~= ARGV[3] then return 0 end
+  local x = redis.call('HMGET', KEYS[1], 'n', 'e')
+  local n = tonumber(x[1]) or 1
+  if x[2] == ARGV[9] then return n end
+  if op == 'enter' then n = n + 1 elseif n > 1 then n = n - 1 end
+  redis.call('HSET', KEYS[1], 'n', n, 'e', ARGV[9])
+  return n
+end
+
+if op == 'cancel' then
+  local err = check_types()
+  if err then return err end
+  if h[1] == tokhash and h[2] == ARGV[3] then
+    return {1, h[3], redis.call('PTTL', KEYS[1])}
+  end
+  drop(ARGV[3])
+  if not h[1] then
+    local now_ms, now_us = clock()
+    hand_to_head(now_ms, now_us, h[4])
+  end
+  return {0}
+end
+
+return redis.error_reply('ERR redisync mutex: unknown op ' .. tostring(op))

@@ -1,0 +1,360 @@
+-- semaphore.lua - the distributed semaphore: leased permits, FIFO waiter queue, direct handoff.
+-- Run with EVALSHA by primitives/semaphore/semaphore.c; see docs/scripts.md for the protocol.
+--
+-- One acquisition of n permits is one holder entry (its own lease, renewed as one). Permits
+-- taken = the sum of the counts of the live holders; expired holders are purged (by their
+-- server-time expiry) before every count, so a crashed holder's permits come back when its
+-- lease runs out.
+--
+-- KEYS[1] sem     hash   s = size. TTL 7 days, refreshed by every call that uses it.
+-- KEYS[2] holders zset   acquisition id -> lease expiry (server ms). A released acquisition
+--                        stays as a tombstone until max(lease, 10 s) after its release, so a
+--                        retried release is not taken for a lost hold; tombstones are scored
+--                        TOMB_BASE + expiry, above every live hold, so counting the permits
+--                        taken walks the live holds only (at most the size), never the
+--                        releases of the last seconds.
+-- KEYS[3] hinfo   hash   acquisition id -> "COUNT TOKENHASH FENCE" (COUNT 0: a tombstone)
+-- KEYS[4] fence   string the per-name fencing counter (30-day TTL, refreshed on use)
+-- KEYS[5] queue   zset   acquisition id -> arrival number (FIFO order)
+-- KEYS[6] qinfo   hash   acquisition id -> "EXPIRYMS LEASEMS TOKENHASH N" (a waiter's entry
+--                        lease, and the permits it wants)
+--
+-- ARGV[1] op: init | acq | renew | rel | give | qrenew | cancel | val | size | info | force
+-- ARGV[2] owner token (raw; only its SHA1 is stored)
+-- ARGV[3] acquisition id "PUBLICID:N" (wake-ups go to channel ARGV[5] .. PUBLICID)
+-- ARGV[4] lease ms
+-- ARGV[5] channel prefix, e.g. "rs:client:"
+-- ARGV[6] (acq) "q": queue when busy, "t": try only
+-- ARGV[7] (acq) max waiters
+-- ARGV[8] (acq, qrenew) queue entry lease ms
+-- ARGV[9] acq, qrenew: permits wanted (>= 1); give: permits the hold keeps (>= 1);
+--         size: the new size (>= 1); other ops: ignored
+-- ARGV[10] the handle's initial size: a call that finds the semaphore absent creates it with
+--         this size; 0: never create (attach only)
+--
+-- Replies:
+--   init    the size (existing, or just created); -1 absent and ARGV[10] is 0
+--   acq     {1, fence, ttlms} granted (also when already granted to this id: a retried call
+--           or a missed wake-up); {0, retry_ms, queued, fence_counter} busy, where retry_ms is the time
+--           until the earliest live holder's lease ends; errors "RSNOENT ..." (absent and
+--           ARGV[10] is 0), "RSINVAL ..." (more permits wanted than the size), "RSQUEUE ..."
+--           (queue full)
+--   renew   1 renewed, 0 not ours any more (gone, expired or released)
+--   rel     1 released the whole hold (also for a retry: the tombstone names this id),
+--           0 not ours (the hold was lost)
+--   give    1 the hold now has ARGV[9] permits (also when it already had: a retry), the
+--           others are free; 0 not ours (lost)
+--   qrenew  1 entry renewed, 2 permits were handed to this id meanwhile, 0 entry gone
+--   cancel  {1, fence, ttlms} permits were handed to this id (keep them); {0} left the queue
+--   val     {size, taken}; -1 absent and ARGV[10] is 0
+--   size    1
+--
+-- Every write comes after the type checks (a failing script keeps its earlier writes), and
+-- releases free memory before they allocate (under noeviction a script fails at its first
+-- allocating write). Time comes only from the server (TIME).
+
+local SIZE_TTL = 604800000
+local TOMB_MS = 10000
+local TOMB_BASE = 1000000000000000 -- score offset of tombstones (ms; far above any clock)
+local op = ARGV[1]
+
+-- The helpers of primitives/common.lua (fmt, clock, extend, next_fence, q_*) come before
+-- this text.
+local function check_types()
+  return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore')
+end
+
+-- "COUNT TOKENHASH FENCE" -> count, tokenhash, fence (nil if malformed)
+local function parse_holder(v)
+  if not v then return nil end
+  local n, t, f = string.match(v, '^(%d+) (%x+) (%d+)$')
+  return tonumber(n), t, f
+end
+
+-- The size, creating the record with the handle's initial size when it is absent (it expired
+-- after a long disuse, or was never created). nil when absent and the handle only attaches.
+local function size_of()
+  local s = tonumber(redis.call('HGET', KEYS[1], 's'))
+  if not s then
+    local init = tonumber(ARGV[10]) or 0
+    if init < 1 then return nil end
+    s = init
+    redis.call('HSET', KEYS[1], 's', fmt(s))
+  end
+  redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+  return s
+end
+
+-- Earliest lease expiry among live holders (for the busy reply's retry time).
+local earliest = nil
+local function saw_expiry(ms)
+  if not earliest or ms < earliest then earliest = ms end
+end
+
+-- Purges expired holders and tombstones, returns the permits the live holders have.
+local function count_taken(now_ms)
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now_ms))
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], fmt(TOMB_BASE), fmt(TOMB_BASE + now_ms))
+  for _, list in ipairs({dead, gone}) do
+    for _, m in ipairs(list) do
+      redis.call('ZREM', KEYS[2], m)
+      redis.call('HDEL', KEYS[3], m)
+    end
+  end
+  local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. fmt(now_ms), '(' .. fmt(TOMB_BASE),
+                          'WITHSCORES')
+  local taken = 0
+  for i = 1, #live, 2 do
+    local n = parse_holder(redis.call('HGET', KEYS[3], live[i]))
+    if not n then
+      redis.call('ZREM', KEYS[2], live[i]) -- no record: an orphan, drop it
+    elseif n > 0 then
+      taken = taken + n
+      saw_expiry(tonumber(live[i + 1]))
+    end
+  end
+  return taken
+end
+
+-- The live hold of acquisition acq owned by tokhash: count, fence, expiry; nil otherwise.
+-- Tombstones (count 0) are not holds.
+local function my_hold(acq, tokhash, now_ms)
+  local n, t, f = parse_holder(redis.call('HGET', KEYS[3], acq))
+  if not n or n < 1 or t ~= tokhash then return nil end
+  local exp = tonumber(redis.call('ZSCORE', KEYS[2], acq))
+  if not exp or exp <= now_ms then return nil end
+  return n, f, exp
+end
+
+local function grant(tok, acq, n, lease, now_ms, now_us)
+  local f = next_fence(KEYS[4], now_us)
+  redis.call('HSET', KEYS[3], acq, fmt(n) .. ' ' .. tok .. ' ' .. f)
+  redis.call('ZADD', KEYS[2], fmt(now_ms + lease), acq)
+  extend(KEYS[2], lease)
+  extend(KEYS[3], lease)
+  saw_expiry(now_ms + lease)
+  return f
+end
+
+local function drop(acq)
+  q_drop(KEYS[5], KEYS[6], acq)
+end
+
+local function live_head(now_ms)
+  return q_live_head(KEYS[5], KEYS[6], now_ms)
+end
+
+-- Grants permits to the live waiters at the head of the queue, in order, as long as the
+-- head's request fits, and wakes each with one message "ACQID FENCE" on its own client's
+-- channel (not the caller: it gets the reply). A head that wants more than the size can
+-- never be served: it is dropped and told to retry ("ACQID 0"), which gives it RSINVAL.
+-- Returns the permits taken afterwards and whether a waiter that does not fit is first.
+local function serve(size, taken, now_ms, now_us)
+  while true do
+    local head, info = live_head(now_ms)
+    if not head then return taken, false end
+    local _, lease, tok, n = string.match(info, '^(%d+) (%d+) (%x+) (%d+)$')
+    lease, n = tonumber(lease), tonumber(n)
+    local chan = client_channel(ARGV[5], head)
+    if not n or n < 1 or n > size then
+      drop(head)
+      if head ~= ARGV[3] then redis.call('PUBLISH', chan, head .. ' 0') end
+    elseif taken + n > size then
+      return taken, true
+    else
+      drop(head)
+      local f = grant(tok, head, n, lease, now_ms, now_us)
+      taken = taken + n
+      if head ~= ARGV[3] then redis.call('PUBLISH', chan, head .. ' ' .. f) end
+    end
+  end
+end
+
+local function qentry(tokhash, now_ms)
+  return fmt(now_ms + tonumber(ARGV[8])) .. ' ' .. ARGV[4] .. ' ' .. tokhash .. ' ' .. ARGV[9]
+end
+
+local function enqueue(tokhash, now_ms)
+  return q_add(KEYS[5], KEYS[6], ARGV[3], qentry(tokhash, now_ms), tonumber(ARGV[7]),
+               tonumber(ARGV[8]), now_ms)
+end
+
+local tokhash = redis.sha1hex(ARGV[2])
+
+-- The watchdog's operations come first: they run every lease/3 for every hold and waiter.
+if op == 'renew' then
+  local now_ms = clock()
+  if not my_hold(ARGV[3], tokhash, now_ms) then return 0 end
+  local lease = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[2], 'XX', fmt(now_ms + lease), ARGV[3])
+  extend(KEYS[2], lease)
+  extend(KEYS[3], lease)
+  redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+  return 1
+end
+
+if op == 'qrenew' then
+  local now_ms = clock()
+  if my_hold(ARGV[3], tokhash, now_ms) then return 2 end
+  if not redis.call('HGET', KEYS[6], ARGV[3]) then return 0 end
+  redis.call('HSET', KEYS[6], ARGV[3], qentry(tokhash, now_ms))
+  extend(KEYS[5], 2 * tonumber(ARGV[8]))
+  extend(KEYS[6], 2 * tonumber(ARGV[8]))
+  return 1
+end
+
+local err = check_types()
+if err then return err end
+
+if op == 'acq' then
+  local acq, n = ARGV[3], tonumber(ARGV[9])
+  local now_ms, now_us = clock()
+  local taken = count_taken(now_ms)
+  -- already granted to this id: a retried call, or a wake-up that was missed
+  local have, f, exp = my_hold(acq, tokhash, now_ms)
+  if have then return {1, f, exp - now_ms} end
+  local size = size_of()
+  if not size then
+    drop(acq)
+    return redis.error_reply('RSNOENT semaphore does not exist')
+  end
+  if not n or n < 1 or n > size then
+    drop(acq)
+    serve(size, taken, now_ms, now_us)
+    return redis.error_reply('RSINVAL more permits wanted than the semaphore has')
+  end
+  -- FIFO: the queue is served first; the caller takes permits only if nobody is left ahead
+  local blocked
+  taken, blocked = serve(size, taken, now_ms, now_us)
+  have, f, exp = my_hold(acq, tokhash, now_ms)
+  if have then return {1, f, exp - now_ms} end
+  if not blocked and taken + n <= size then
+    drop(acq)
+    return {1, grant(tokhash, acq, n, tonumber(ARGV[4]), now_ms, now_us), tonumber(ARGV[4])}
+  end
+  local retry = earliest and earliest - now_ms or tonumber(ARGV[4])
+  if retry < 1 then retry = 1 end
+  local seen = redis.call('GET', KEYS[4]) or '0' -- stale wake-ups carry no more (lib/wait.c)
+  if ARGV[6] ~= 'q' then return {0, retry, 0, seen} end
+  local e = enqueue(tokhash, now_ms)
+  if e then return e end
+  return {0, retry, 1, seen}
+end
+
+if op == 'rel' or op == 'give' then
+  local acq = ARGV[3]
+  local n, t, f = parse_holder(redis.call('HGET', KEYS[3], acq))
+  if not n or t ~= tokhash then return 0 end
+  local now_ms, now_us = clock()
+  local exp = tonumber(redis.call('ZSCORE', KEYS[2], acq))
+  if not exp or exp <= now_ms then return 0 end
+  if n == 0 then
+    -- a tombstone: the hold was released by this id already (a retried release)
+    if op == 'rel' then return 1 end
+    return 0
+  end
+  if op == 'rel' then
+    -- free first, then leave a tombstone if memory allows
+    redis.call('ZREM', KEYS[2], acq)
+    redis.call('HDEL', KEYS[3], acq)
+    local keep = math.max(tonumber(ARGV[4]), TOMB_MS)
+    local ok = redis.pcall('ZADD', KEYS[2], fmt(TOMB_BASE + now_ms + keep), acq)
+    if type(ok) == 'number' then
+      if type(redis.pcall('HSET', KEYS[3], acq, '0 ' .. t .. ' ' .. f)) == 'number' then
+        extend(KEYS[2], keep)
+        extend(KEYS[3], keep)
+      else
+        redis.call('ZREM', KEYS[2], acq)
+      end
+    end
+  else
+    local keep = tonumber(ARGV[9])
+    if not keep or keep < 1 then
+      return redis.error_reply('ERR redisync semaphore: give needs a count of at least 1')
+    end
+    -- keep >= n: the same call came again (the count is the call's id)
+    if keep >= n then return 1 end
+    redis.call('HSET', KEYS[3], acq, fmt(keep) .. ' ' .. t .. ' ' .. f)
+  end
+  local size = size_of()
+  if size then serve(size, count_taken(now_ms), now_ms, now_us) end
+  return 1
+end
+
+if op == 'cancel' then
+  local acq = ARGV[3]
+  local now_ms, now_us = clock()
+  local taken = count_taken(now_ms)
+  local have, f, exp = my_hold(acq, tokhash, now_ms)
+  if have then return {1, f, exp - now_ms} end
+  drop(acq)
+  -- leaving may unblock the waiters that were behind the caller
+  local size = size_of()
+  if size then serve(size, taken, now_ms, now_us) end
+  return {0}
+end
+
+if op == 'info' then
+  -- the inspection reply shared by every script (primitives/inspect.c); read-only
+  local now_ms = clock()
+  local exists = redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[5]) > 0 and 1 or 0
+  local size = tonumber(redis.call('HGET', KEYS[1], 's')) or -1
+  local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. fmt(now_ms), '(' .. fmt(TOMB_BASE),
+                          'WITHSCORES')
+  local holders, taken, first = {}, 0, -1
+  for i = 1, #live, 2 do
+    local n = parse_holder(redis.call('HGET', KEYS[3], live[i]))
+    if n and n > 0 then
+      taken = taken + n
+      holders[#holders + 1] = live[i]
+      if first < 0 then first = tonumber(live[i + 1]) - now_ms end
+    end
+  end
+  local free = size >= 0 and math.max(0, size - taken) or -1
+  local reply = {exists, #holders, first, redis.call('GET', KEYS[4]) or '0',
+                 redis.call('ZCARD', KEYS[5]), 0, size, free, -1}
+  for i = 1, math.min(#holders, 8) do reply[#reply + 1] = holders[i] end
+  return reply
+end
+
+if op == 'force' then
+  -- operators: drop every permit (their holders learn at their next renewal) and serve the
+  -- queue as releases would; replies the number of holds dropped
+  local now_ms, now_us = clock()
+  local dropped = 0
+  local all = redis.call('ZRANGE', KEYS[2], 0, -1)
+  for _, m in ipairs(all) do
+    local n = parse_holder(redis.call('HGET', KEYS[3], m))
+    if n and n > 0 then dropped = dropped + 1 end
+  end
+  redis.call('DEL', KEYS[2], KEYS[3])
+  local size = tonumber(redis.call('HGET', KEYS[1], 's'))
+  if size then serve(size, 0, now_ms, now_us) end
+  return dropped
+end
+
+if op == 'init' then
+  return size_of() or -1
+end
+
+if op == 'val' then
+  local now_ms, now_us = clock()
+  local size = size_of()
+  if not size then return -1 end
+  local taken = serve(size, count_taken(now_ms), now_ms, now_us)
+  return {size, taken}
+end
+
+if op == 'size' then
+  local size = tonumber(ARGV[9])
+  if not size or size < 1 then
+    return redis.error_reply('ERR redisync semaphore: the size must be at least 1')
+  end
+  redis.call('HSET', KEYS[1], 's', fmt(size))
+  redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+  local now_ms, now_us = clock()
+  serve(size, count_taken(now_ms), now_ms, now_us)
+  return 1
+end
+
+return redis.error_reply('ERR redisync semaphore: unknown op ' .. tostring(op))

@@ -1,0 +1,199 @@
+/*
+ * faults.h - what the parts of the fault-injection suite share (tests/faults/, one program:
+ * build/redisync-faults; see mk/faults.mk and docs in main.c).
+ *
+ *   main.c     the driver: scenarios, processes, the fault schedule, phases, the table
+ *   inject.c   the faults themselves (processes and the data redis-server)
+ *   worker.c   one worker process ("redisync-faults --worker ..."): critical sections on
+ *              the data server, recorded on the checker
+ *   check.c    the invariants, computed from what the workers recorded on the checker
+ *   checker.c  the checker's scripts and the small hiredis helpers every part uses
+ *
+ * Two redis-servers per run: the *data* server the library uses (faults hit it) and the
+ * *checker* (never touched by a fault) where workers record every critical section and run
+ * the fenced store. Times are CLOCK_MONOTONIC microseconds, which is one clock for every
+ * process of the machine, so sections of different processes can be compared.
+ */
+#ifndef RS_FAULTS_H
+#define RS_FAULTS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+/* ---- primitives and scenarios --------------------------------------------------------- */
+typedef enum { P_MUTEX, P_RMUTEX, P_RWLOCK, P_SEM, P_LATCH } prim_t;
+
+/* Fault kinds. Every kind is counted in the table. */
+typedef enum {
+    F_KILL_HOLDER,     /* kill -9 (SIGKILL) of a process inside its critical section */
+    F_KILL_WAITER,     /* kill -9 of a process outside it (waiting in lock, or between) */
+    F_STOP_HOLDER,     /* SIGSTOP inside the section (between fenced read and write), past
+                          the lease, then SIGCONT */
+    F_STOP_ANY,        /* kill -STOP of a random process past the lease, then kill -CONT */
+    F_RESTART_AOF,     /* kill -9 of redis-server, restart (appendonly, appendfsync always) */
+    F_RESTART_LOSE,    /* kill -9 of redis-server, restart without persistence: data lost */
+    F_PAUSE,           /* CLIENT PAUSE ms ALL, longer than the command timeout */
+    F_DEBUG_SLEEP,     /* DEBUG SLEEP s: the server blocks */
+    F_CLIENT_KILL,     /* CLIENT KILL ID of one random library connection */
+    F_CLIENT_KILL_ALL, /* CLIENT KILL TYPE normal (every data and watchdog connection) */
+    F_PUBSUB_KILL,     /* CLIENT KILL TYPE pubsub (every notifier connection) */
+    F_SCRIPT_FLUSH,    /* SCRIPT FLUSH (the library reloads on NOSCRIPT) */
+    /* HOOK(sentinel-failover): a later issue adds F_FAILOVER here: a master, a replica and
+     * three sentinels (testing.md, "Replication"), SENTINEL FAILOVER, data server URL
+     * redis-sentinel://; inject.c has the matching hook. Not implemented: no stub test. */
+    F_COUNT
+} fault_t;
+
+extern const char *const fault_names[F_COUNT];
+
+#define FB(k) (1u << (k))
+
+typedef struct scenario {
+    const char *name;
+    prim_t prim;
+    int persist;          /* 1: --appendonly yes --appendfsync always; 0: no persistence */
+    int procs;            /* worker processes (>= 8) */
+    int seconds;          /* fault phase */
+    long lease_ms;
+    long timeout_ms;
+    unsigned faults;      /* FB(kind) mask */
+    int names;            /* names contended (mutex, rmutex, rwlock, sem) */
+    int sem_size;         /* semaphore permits */
+    int latch_count;      /* latch: count-downs per round (= number of count-down processes) */
+    long round_ms;        /* latch: one round every round_ms */
+} scenario_t;
+
+extern const char *prim_names[];
+
+/* ---- time ----------------------------------------------------------------------------- */
+static inline int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline void sleep_us(int64_t us)
+{
+    if (us <= 0)
+        return;
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) == -1) {
+    }
+}
+
+/* CLOCK_REALTIME now + ms, for the timed calls. */
+static inline struct timespec abs_in_ms(long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec + (long long)ms * 1000000LL;
+    ts.tv_sec = (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    return ts;
+}
+
+/* splitmix64: the one pseudo-random generator (seeded, so a run can be repeated). */
+static inline uint64_t rnd_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline long rnd_range(uint64_t *s, long lo, long hi) /* [lo, hi] */
+{
+    return lo + (long)(rnd_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+/* ---- checker (checker.c) -------------------------------------------------------------- */
+/* Checker keys (the checker is flushed before each scenario):
+ *   stop           set by the driver: finish the current section (latch: the last round)
+ *   cmd:SLOT       "kill" | "stop": a fault the worker carries out inside its next section
+ *   in:SLOT        "NAME T" while SLOT is inside a section (the driver picks waiters by it)
+ *   n:SLOT         sections (latch: rounds) completed by SLOT, any generation
+ *   sec            list of section records (see worker.c, rec_section)
+ *   ev             list of in-section fault events "K|S SLOT T NAME FENCE"
+ *   lat            list of latch records "D|W ROUND SLOT T0 T1 RC"
+ *   err            hash "lock:RC" / "unlock:RC" / ... -> count of non-zero return codes
+ *   exit:SLOT:GEN  "ELOST ONLOST SOCKETS REENTRY_BAD" written by a worker that exited cleanly
+ *   hi:NAME ctr:NAME acc:NAME bad:NAME   the fenced store (see CK_FREAD / CK_FWRITE)
+ */
+extern const char CK_FREAD[];  /* KEYS hi, ctr; ARGV token -> {1, value} | {0, highest} */
+extern const char CK_FWRITE[]; /* KEYS hi, ctr, acc, bad; ARGV token, expected, new -> 1 | 0 */
+extern const char CK_ENTER[];  /* KEYS in:SLOT, cmd:SLOT; ARGV "NAME T" -> cmd or nil */
+
+redisContext *ck_connect(int port);            /* exits 3 on failure */
+redisReply *ck_cmd(redisContext *c, const char *fmt, ...); /* exits 3 on a broken link */
+long long ck_int(redisContext *c, const char *fmt, ...);   /* integer or decimal string; -1 */
+/* SCRIPT LOAD body into sha (41 bytes). */
+void ck_load(redisContext *c, const char *body, char *sha);
+
+/* ---- results (check.c) ---------------------------------------------------------------- */
+enum {
+    V_I1,     /* a truthful section had a fenced read or write refused */
+    V_I2,     /* tokens not rising in grant order among truthful sections */
+    V_I3,     /* exclusion: truthful overlap / above N permits / writer overlapping */
+    V_I4,     /* counter != accepted writes, or an accepted write found another value */
+    V_I5,     /* latch opened early */
+    V_I6,     /* refused without RS_ELOST; loss over a lossy restart not reported;
+                 on_lost count != RS_ELOST count */
+    V_I7,     /* a key without TTL; a library socket left open after close */
+    V_LIVE,   /* no progress in a phase; a waiter that did not get through */
+    V_API,    /* a return code the API does not allow there; a worker crash */
+    V_COUNT
+};
+extern const char *const viol_names[V_COUNT];
+
+typedef struct result {
+    const scenario_t *sc;
+    long sections, truthful, elost, other_rc;
+    long refused_reported;      /* sections with a refused fenced op and RS_ELOST */
+    long dup_tokens;            /* I2 duplicates, reported separately */
+    long faults[F_COUNT];
+    long violations[V_COUNT];
+    long processes;             /* processes started, respawns included */
+    long lock_errors;           /* non-zero lock returns (RS_ECONN under stalls, ...) */
+    long orphans;               /* EDEADLK from an orphan of a failed call (documented limit,
+                                   docs/design.md; see worker.c, orphan()) */
+    long restart_lost;          /* holds that spanned a lossy restart, told RS_ELOST */
+    long onlost;                /* on_lost calls reported by cleanly exiting workers */
+    int64_t *takeover;          /* us, one per holder kill/stop */
+    int ntakeover;
+    double seconds;
+    int setup_failed;
+} result_t;
+
+/* A restart window (for the loss check of a restart without persistence). */
+typedef struct restart_win {
+    int64_t down, up;
+    int lossy;
+} restart_win_t;
+
+/* Computes every invariant of one finished scenario from the checker into r; prints each
+ * violation (the first ones of each kind in full). */
+void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
+                    const restart_win_t *restarts, int nrestarts, int verbose);
+void viol(result_t *r, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- the worker (worker.c) ------------------------------------------------------------ */
+int worker_main(int argc, char **argv);
+
+/* ---- injection (inject.c) ------------------------------------------------------------- */
+struct ts_server;
+/* Runs one server-side fault on the data server; conn is the driver's connection to it
+ * (replaced when it breaks). Returns 0 when injected. For DEBUG SLEEP, *pending receives a
+ * connection whose reply is still due (free it after *busy_until_us). */
+int inject_pause(redisContext **conn, struct ts_server *data, long ms);
+int inject_debug_sleep(struct ts_server *data, long ms, redisContext **pending);
+int inject_client_kill_one(redisContext **conn, struct ts_server *data, uint64_t *rng);
+int inject_client_kill_type(redisContext **conn, struct ts_server *data, const char *type);
+int inject_script_flush(redisContext **conn, struct ts_server *data);
+/* Counts the keys under prefix: and those without a TTL (PTTL -1); prints the first few. */
+int scan_ttls(struct ts_server *data, const char *prefix, long *keys, long *no_ttl);
+
+#endif

@@ -1,0 +1,736 @@
+/*
+ * main.c - the driver of the fault-injection suite (make test-faults; tests/faults/).
+ *
+ *   build/redisync-faults [--seed N] [--only NAME[,NAME...]] [--scale PCT] [--verbose] [--list]
+ *                         [--sabotage]
+ *
+ * For each scenario (one per primitive, and the mutex twice: with and without persistence)
+ * the driver starts a data redis-server (appendonly yes + appendfsync always, or no
+ * persistence at all) and forks >= 8 worker processes (worker.c: this same program with
+ * --worker) that work through critical sections on it, recording every section on a
+ * separate checker redis-server that no fault touches. Phases:
+ *
+ *   warm-up  every worker completes a section (else: no progress)
+ *   faults   SCENARIO.seconds of faults from a seeded schedule, one every 0.35-0.9 s
+ *            (kinds: faults.h); a window of 8 s without a completed section is a failure
+ *   quiet    faults stop, stopped processes continue; every worker must complete two more
+ *            sections within 20 s ("after the faults stop, every waiter acquires")
+ *   stop     workers finish, close their clients and exit 0 (a crash is a failure)
+ *   clean    after two leases, every key under the prefix must have a TTL (I7)
+ *   check    the invariants (check.c) from the checker's records
+ *
+ * Killed workers are replaced at once (same slot, next generation, a new client). The
+ * schedule is random with a printed seed (default fixed, so CI runs the same schedule);
+ * timing still varies from run to run, so the invariants never depend on a particular
+ * interleaving, and liveness bounds are generous (a waiter may wait 15 s, a phase 8-20 s).
+ *
+ * Honest limits built into the checks: after a restart WITHOUT persistence a new holder may
+ * enter before the old one notices its hold vanished. That is not counted against exclusion
+ * (I3): the old holder's unlock returns RS_ELOST (I6 requires it), and RS_ELOST sections are
+ * excused from I1/I3, and counted in the table as "lost".
+ *
+ * --sabotage tests the checks themselves: workers then skip the lock (the latch wait) in a
+ * few sections and claim success, and the run must report I1/I3/I4/I5 violations.
+ *
+ * Exit status: 0 when every scenario had 0 violations and made progress, 1 otherwise, 2 when
+ * a server could not be started.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "faults.h"
+#include "redis_server.h"
+#include "redisync.h"
+
+#define LOCK_FAULTS                                                                             \
+    (FB(F_KILL_HOLDER) | FB(F_KILL_WAITER) | FB(F_STOP_HOLDER) | FB(F_STOP_ANY) | FB(F_PAUSE) | \
+     FB(F_DEBUG_SLEEP) | FB(F_CLIENT_KILL) | FB(F_CLIENT_KILL_ALL) | FB(F_PUBSUB_KILL) |        \
+     FB(F_SCRIPT_FLUSH))
+#define LATCH_FAULTS                                                                            \
+    (FB(F_KILL_WAITER) | FB(F_STOP_ANY) | FB(F_PAUSE) | FB(F_DEBUG_SLEEP) | FB(F_CLIENT_KILL) |  \
+     FB(F_CLIENT_KILL_ALL) | FB(F_PUBSUB_KILL) | FB(F_SCRIPT_FLUSH) | FB(F_RESTART_AOF))
+
+/* Leases of 800 ms (renewed every 267 ms); timeout_ms 400, so every pause and DEBUG SLEEP
+ * (600-1400 ms) outlasts the command timeout and most outlast the lease. The latch holds
+ * nothing and its count-downs must not be left in doubt (a count-down that fails with
+ * RS_ECONN may or may not have been applied, and the test could not tell whether to send it
+ * again): its timeout_ms (3000) outlasts every stall. */
+static const scenario_t scenarios[] = {
+    /* name          prim      aof procs secs lease timeout faults                          names sem latch round */
+    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0},
+    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0},
+    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0},
+    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0},
+    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0},
+    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000},
+};
+#define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
+
+#define PROGRESS_WINDOW_US 8000000
+#define QUIET_BOUND_US 20000000
+#define MAX_PROCS 16
+#define MAX_STOPPED 3
+
+typedef struct slot {
+    pid_t pid;
+    int gen;
+    int stopped;       /* 0 running, 1 stopped by the driver, 2 stopped itself (cmd stop) */
+    int64_t cont_at;
+    int cmd;           /* pending command given through the checker: 'k' or 's' */
+    int kill_sent;     /* the driver sent SIGKILL */
+    int done;          /* exited 0 after stop */
+    int crashes;       /* unexpected exits: after 3, the slot is not replaced any more */
+} slot_t;
+
+typedef struct run {
+    const scenario_t *sc;
+    int index;
+    uint64_t rng;
+    uint64_t seed;
+    ts_server_t *ck_srv;
+    redisContext *ck;
+    ts_server_t data;
+    redisContext *dconn;      /* the driver's connection to the data server */
+    redisContext *pending;    /* DEBUG SLEEP reply still due */
+    int64_t pending_until;
+    int64_t server_busy_until;
+    slot_t slot[MAX_PROCS];
+    int phase;                /* 0 warm/faults/quiet: respawn; 1 stop: no respawn */
+    int64_t t0;
+    char last_detail[96];     /* what the last fault hit, for --verbose */
+    restart_win_t restarts[256];
+    int nrestarts;
+    result_t *res;
+} run_t;
+
+static char g_exe[4096];
+static int g_verbose;
+static int g_sabotage; /* --sabotage: workers sometimes skip the lock; the checks must fail */
+
+static long long slot_count(run_t *R, int i)
+{
+    long long v = ck_int(R->ck, "GET n:%d", i);
+    return v < 0 ? 0 : v;
+}
+
+static pid_t spawn(run_t *R, int i)
+{
+    const scenario_t *sc = R->sc;
+    slot_t *s = &R->slot[i];
+    char a[20][160];
+    int k = 0;
+    snprintf(a[k++], 160, "prim=%d", (int)sc->prim);
+    snprintf(a[k++], 160, "slot=%d", i);
+    snprintf(a[k++], 160, "gen=%d", s->gen);
+    snprintf(a[k++], 160, "seed=%llu",
+             (unsigned long long)(R->seed * 1000003u + (uint64_t)R->index * 7919u + (uint64_t)i * 131u + (uint64_t)s->gen));
+    snprintf(a[k++], 160, "url=%s", R->data.url);
+    snprintf(a[k++], 160, "port=%d", R->data.port);
+    snprintf(a[k++], 160, "ck=%d", R->ck_srv->port);
+    snprintf(a[k++], 160, "prefix=fx");
+    snprintf(a[k++], 160, "lease=%ld", sc->lease_ms);
+    snprintf(a[k++], 160, "timeout=%ld", sc->timeout_ms);
+    snprintf(a[k++], 160, "names=%d", sc->names);
+    snprintf(a[k++], 160, "semsize=%d", sc->sem_size);
+    snprintf(a[k++], 160, "latchk=%d", sc->latch_count);
+    snprintf(a[k++], 160, "round=%ld", sc->round_ms);
+    snprintf(a[k++], 160, "t0=%lld", (long long)R->t0);
+    int round0 = 1;
+    if (sc->prim == P_LATCH && s->gen > 0)
+        round0 = (int)((now_us() - R->t0) / (sc->round_ms * 1000)) + 1;
+    snprintf(a[k++], 160, "round0=%d", round0);
+    snprintf(a[k++], 160, "sab=%d", g_sabotage);
+    char *argv[24];
+    argv[0] = "redisync-faults";
+    argv[1] = "--worker";
+    for (int j = 0; j < k; j++)
+        argv[2 + j] = a[j];
+    argv[2 + k] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t p = fork();
+    if (p == 0) {
+        /* no inherited descriptor: the worker counts its own sockets to the data server */
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+        execv(g_exe, argv);
+        _exit(127);
+    }
+    if (p < 0) {
+        perror("faults: fork");
+        exit(2);
+    }
+    s->pid = p;
+    s->stopped = 0;
+    s->cmd = 0;
+    s->kill_sent = 0;
+    R->res->processes++;
+    return p;
+}
+
+/* Reaps exits and stops of the workers; replaces killed workers while respawning is on. */
+static void reap(run_t *R)
+{
+    int64_t now = now_us();
+    for (int i = 0; i < R->sc->procs; i++) {
+        slot_t *s = &R->slot[i];
+        if (s->pid <= 0)
+            continue;
+        int st;
+        pid_t p = waitpid(s->pid, &st, WNOHANG | WUNTRACED);
+        if (p != s->pid)
+            continue;
+        if (WIFSTOPPED(st)) {
+            if (s->stopped == 0) { /* the worker stopped itself inside its section */
+                s->stopped = 2;
+                s->cont_at = now + rnd_range(&R->rng, R->sc->lease_ms * 3 / 2, R->sc->lease_ms * 3) * 1000;
+                s->cmd = 0;
+                if (g_verbose)
+                    printf("    %+8.3f s  stop-holder w%d stopped itself inside its section, for %lld ms\n",
+                           (double)(now - R->t0) / 1e6, i, (long long)(s->cont_at - now) / 1000);
+            }
+            continue;
+        }
+        int expected = (s->kill_sent || s->cmd == 'k') && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+        if (g_verbose && expected && !s->kill_sent)
+            printf("    %+8.3f s  kill9-holder w%d killed itself inside its section\n",
+                   (double)(now - R->t0) / 1e6, i);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && R->phase == 1) {
+            s->done = 1;
+            s->pid = 0;
+            continue;
+        }
+        if (!expected) {
+            char how[64];
+            if (WIFSIGNALED(st))
+                snprintf(how, sizeof how, "killed by signal %d", WTERMSIG(st));
+            else
+                snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(st));
+            viol(R->res, V_API, "worker w%d (pid %d, generation %d) %s", i, (int)s->pid, s->gen, how);
+            s->crashes++;
+        }
+        s->pid = 0;
+        redisReply *r = ck_cmd(R->ck, "DEL in:%d cmd:%d", i, i);
+        freeReplyObject(r);
+        if (R->phase == 0 && s->crashes <= 3) {
+            s->gen++;
+            spawn(R, i);
+        } else {
+            s->done = 1;
+        }
+    }
+    for (int i = 0; i < R->sc->procs; i++) {
+        slot_t *s = &R->slot[i];
+        if (s->pid > 0 && s->stopped && s->cont_at <= now) {
+            kill(s->pid, SIGCONT);
+            s->stopped = 0;
+        }
+    }
+    if (R->pending && now >= R->pending_until) {
+        redisReply *r = NULL;
+        struct timeval tv = {2, 0};
+        redisSetTimeout(R->pending, tv);
+        if (redisGetReply(R->pending, (void **)&r) == REDIS_OK && r)
+            freeReplyObject(r);
+        redisFree(R->pending);
+        R->pending = NULL;
+    }
+}
+
+static int nstopped(run_t *R)
+{
+    int n = 0;
+    for (int i = 0; i < R->sc->procs; i++)
+        n += R->slot[i].stopped != 0 || R->slot[i].cmd == 's';
+    return n;
+}
+
+/* A random live slot that satisfies the filter, or -1. */
+static int pick_slot(run_t *R, int need_outside, int min_slot)
+{
+    int cand[MAX_PROCS], n = 0;
+    for (int i = min_slot; i < R->sc->procs; i++) {
+        slot_t *s = &R->slot[i];
+        if (s->pid <= 0 || s->stopped || s->cmd || s->kill_sent)
+            continue;
+        if (need_outside && ck_int(R->ck, "EXISTS in:%d", i) == 1)
+            continue;
+        cand[n++] = i;
+    }
+    return n ? cand[rnd_range(&R->rng, 0, n - 1)] : -1;
+}
+
+/* Injects one fault of the scenario's kinds; returns the kind, or -1 if none applied now. */
+static int inject(run_t *R)
+{
+    const scenario_t *sc = R->sc;
+    /* restarts weigh more: each lossy one is where I6 is tested (every hold spanning it
+     * must be told), and each is one event where a dozen of the others fit */
+    int kinds[4 * F_COUNT], nk = 0;
+    for (int k = 0; k < F_COUNT; k++)
+        for (int wgt = k == F_RESTART_LOSE ? 3 : k == F_RESTART_AOF ? 2 : 1; wgt > 0 && (sc->faults & FB(k)); wgt--)
+            kinds[nk++] = k;
+    int64_t now = now_us();
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int k = kinds[rnd_range(&R->rng, 0, nk - 1)];
+        R->last_detail[0] = '\0';
+        int server = k >= F_RESTART_AOF;
+        if (server && now < R->server_busy_until)
+            continue;
+        int i;
+        switch (k) {
+        case F_KILL_HOLDER:
+        case F_STOP_HOLDER:
+            if (k == F_STOP_HOLDER && nstopped(R) >= MAX_STOPPED)
+                continue;
+            if ((i = pick_slot(R, 0, 0)) < 0)
+                continue;
+            R->slot[i].cmd = k == F_KILL_HOLDER ? 'k' : 's';
+            snprintf(R->last_detail, sizeof R->last_detail, " w%d (at its next section)", i);
+            freeReplyObject(ck_cmd(R->ck, "SET cmd:%d %s", i, k == F_KILL_HOLDER ? "kill" : "stop"));
+            return k; /* counted when the worker carries it out (its "ev" record) */
+        case F_KILL_WAITER:
+            if ((i = pick_slot(R, sc->prim != P_LATCH, sc->prim == P_LATCH ? sc->latch_count : 0)) < 0)
+                continue;
+            R->slot[i].kill_sent = 1;
+            kill(R->slot[i].pid, SIGKILL);
+            snprintf(R->last_detail, sizeof R->last_detail, " w%d", i);
+            R->res->faults[k]++;
+            return k;
+        case F_STOP_ANY:
+            if (nstopped(R) >= MAX_STOPPED || (i = pick_slot(R, 0, 0)) < 0)
+                continue;
+            R->slot[i].stopped = 1;
+            R->slot[i].cont_at = now + rnd_range(&R->rng, sc->lease_ms * 6 / 5, sc->lease_ms * 5 / 2) * 1000;
+            kill(R->slot[i].pid, SIGSTOP);
+            snprintf(R->last_detail, sizeof R->last_detail, " w%d for %lld ms", i,
+                     (long long)(R->slot[i].cont_at - now) / 1000);
+            R->res->faults[k]++;
+            return k;
+        case F_RESTART_AOF:
+        case F_RESTART_LOSE: {
+            restart_win_t *w = &R->restarts[R->nrestarts < 255 ? R->nrestarts++ : 255];
+            w->lossy = k == F_RESTART_LOSE;
+            w->down = now_us();
+            if (R->dconn)
+                redisFree(R->dconn);
+            R->dconn = NULL;
+            ts_server_kill(&R->data);
+            if (ts_server_restart(&R->data) != 0) {
+                fprintf(stderr, "faults: %s: the data server did not restart\n", sc->name);
+                R->res->setup_failed = 1;
+                return -2;
+            }
+            w->up = now_us();
+            snprintf(R->last_detail, sizeof R->last_detail, " (down %.0f ms)",
+                     (double)(w->up - w->down) / 1e3);
+            R->server_busy_until = w->up + 300000;
+            R->res->faults[k]++;
+            return k;
+        }
+        case F_PAUSE: {
+            long ms = rnd_range(&R->rng, 600, 1400);
+            if (inject_pause(&R->dconn, &R->data, ms) != 0)
+                continue;
+            snprintf(R->last_detail, sizeof R->last_detail, " %ld ms", ms);
+            R->server_busy_until = now + ms * 1000 + 200000;
+            R->res->faults[k]++;
+            return k;
+        }
+        case F_DEBUG_SLEEP: {
+            if (R->pending)
+                continue;
+            long ms = rnd_range(&R->rng, 500, 1200);
+            if (inject_debug_sleep(&R->data, ms, &R->pending) != 0)
+                continue;
+            snprintf(R->last_detail, sizeof R->last_detail, " %ld ms", ms);
+            R->pending_until = now + ms * 1000 + 100000;
+            R->server_busy_until = now + ms * 1000 + 200000;
+            R->res->faults[k]++;
+            return k;
+        }
+        case F_CLIENT_KILL:
+        case F_CLIENT_KILL_ALL:
+        case F_PUBSUB_KILL:
+        case F_SCRIPT_FLUSH: {
+            int rc = k == F_CLIENT_KILL       ? inject_client_kill_one(&R->dconn, &R->data, &R->rng)
+                     : k == F_CLIENT_KILL_ALL ? inject_client_kill_type(&R->dconn, &R->data, "normal")
+                     : k == F_PUBSUB_KILL     ? inject_client_kill_type(&R->dconn, &R->data, "pubsub")
+                                              : inject_script_flush(&R->dconn, &R->data);
+            if (rc != 0)
+                continue;
+            R->server_busy_until = now + 100000;
+            R->res->faults[k]++;
+            return k;
+        }
+        default:
+            continue;
+        }
+    }
+    return -1;
+}
+
+static long long progress(run_t *R)
+{
+    return ck_int(R->ck, "LLEN %s", R->sc->prim == P_LATCH ? "lat" : "sec");
+}
+
+static void run_scenario(run_t *R)
+{
+    const scenario_t *sc = R->sc;
+    result_t *res = R->res;
+    int64_t started = now_us();
+    freeReplyObject(ck_cmd(R->ck, "FLUSHALL"));
+    int rc = sc->persist ? ts_server_start(&R->data, "--appendonly", "yes", "--appendfsync", "always", NULL)
+                         : ts_server_start(&R->data, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "faults: %s: cannot start the data server\n", sc->name);
+        res->setup_failed = 1;
+        return;
+    }
+    R->t0 = now_us();
+    for (int i = 0; i < sc->procs; i++)
+        spawn(R, i);
+
+    /* warm-up: every worker gets through once */
+    int64_t until = now_us() + 15000000;
+    for (;;) {
+        reap(R);
+        int all = 1;
+        for (int i = 0; i < sc->procs && all; i++)
+            all = slot_count(R, i) >= 1;
+        if (all)
+            break;
+        if (now_us() > until) {
+            for (int i = 0; i < sc->procs; i++)
+                if (slot_count(R, i) < 1)
+                    viol(res, V_LIVE, "warm-up: w%d completed no section in 15 s", i);
+            break;
+        }
+        sleep_us(20000);
+    }
+
+    /* faults */
+    int64_t fault_start = now_us();
+    int64_t end = fault_start + (int64_t)sc->seconds * 1000000;
+    int64_t next = fault_start + rnd_range(&R->rng, 200, 600) * 1000;
+    int64_t window = fault_start + PROGRESS_WINDOW_US;
+    long long seen = progress(R);
+    while (now_us() < end && !res->setup_failed) {
+        reap(R);
+        int64_t now = now_us();
+        if (now >= next) {
+            int k = inject(R);
+            if (g_verbose && k >= 0)
+                printf("    %+8.3f s  %s%s\n", (double)(now_us() - R->t0) / 1e6, fault_names[k], R->last_detail);
+            next = now_us() + rnd_range(&R->rng, 350, 900) * 1000;
+        }
+        if (now >= window) {
+            long long p = progress(R);
+            if (p == seen)
+                viol(res, V_LIVE, "faults phase: nothing completed between %+.1f s and %+.1f s",
+                     (double)(window - PROGRESS_WINDOW_US - R->t0) / 1e6, (double)(window - R->t0) / 1e6);
+            seen = p;
+            window += PROGRESS_WINDOW_US;
+        }
+        sleep_us(10000);
+    }
+
+    /* quiet: faults stop, everything continues, every worker gets through twice more */
+    freeReplyObject(ck_cmd(R->ck, "EVAL %s 0", "for _, k in ipairs(redis.call('KEYS', 'cmd:*')) do redis.call('DEL', k) end"));
+    for (int i = 0; i < sc->procs; i++) {
+        /* (a 'k' mark stays: the worker may have taken the command just before the DEL, and
+         * its SIGKILL is then expected) */
+        if (R->slot[i].cmd == 's')
+            R->slot[i].cmd = 0;
+        if (R->slot[i].stopped)
+            R->slot[i].cont_at = 0;
+    }
+    reap(R);
+    while (R->pending) {
+        sleep_us(20000);
+        reap(R);
+    }
+    int64_t quiet = now_us();
+    long long base[MAX_PROCS];
+    for (int i = 0; i < sc->procs; i++)
+        base[i] = slot_count(R, i);
+    until = quiet + QUIET_BOUND_US;
+    for (;;) {
+        reap(R);
+        int all = 1;
+        for (int i = 0; i < sc->procs && all; i++)
+            all = slot_count(R, i) >= base[i] + 2;
+        if (all)
+            break;
+        if (now_us() > until) {
+            for (int i = 0; i < sc->procs; i++)
+                if (slot_count(R, i) < base[i] + 2)
+                    viol(res, V_LIVE, "after the faults stopped, w%d completed %lld section(s) in "
+                         "%d s (2 required)", i, slot_count(R, i) - base[i], QUIET_BOUND_US / 1000000);
+            break;
+        }
+        sleep_us(20000);
+    }
+    double quiet_s = (double)(now_us() - quiet) / 1e6;
+
+    /* stop: workers finish, close their clients, exit 0 */
+    R->phase = 1;
+    if (sc->prim == P_LATCH)
+        freeReplyObject(ck_cmd(R->ck, "SET stop %lld",
+                               (long long)((now_us() - R->t0) / (sc->round_ms * 1000)) + 2));
+    else
+        freeReplyObject(ck_cmd(R->ck, "SET stop 1"));
+    until = now_us() + 30000000;
+    for (;;) {
+        reap(R);
+        int alive = 0;
+        for (int i = 0; i < sc->procs; i++)
+            alive += R->slot[i].pid > 0;
+        if (!alive)
+            break;
+        if (now_us() > until) {
+            for (int i = 0; i < sc->procs; i++)
+                if (R->slot[i].pid > 0) {
+                    viol(res, V_LIVE, "w%d did not finish within 30 s of stop", i);
+                    kill(R->slot[i].pid, SIGKILL);
+                    waitpid(R->slot[i].pid, NULL, 0);
+                    R->slot[i].pid = 0;
+                }
+            break;
+        }
+        sleep_us(20000);
+    }
+
+    /* clean state: two leases after the last client closed, every key has a TTL */
+    sleep_us(2 * sc->lease_ms * 1000 + 300000);
+    long keys = 0, no_ttl = 0;
+    if (scan_ttls(&R->data, "fx", &keys, &no_ttl) != 0)
+        viol(res, V_I7, "cannot scan the data server's keys");
+    if (no_ttl)
+        viol(res, V_I7, "%ld of %ld keys under the prefix have no TTL", no_ttl, keys);
+
+    check_scenario(R->ck, sc, res, R->restarts, R->nrestarts, g_verbose);
+    if (R->dconn)
+        redisFree(R->dconn);
+    R->dconn = NULL;
+    ts_server_stop(&R->data);
+    res->seconds = (double)(now_us() - started) / 1e6;
+    if (g_verbose)
+        printf("    quiet phase %.1f s, %ld keys left (all with TTL: %s)\n", quiet_s, keys, no_ttl ? "no" : "yes");
+}
+
+static long total_faults(const result_t *r)
+{
+    long n = 0;
+    for (int k = 0; k < F_COUNT; k++)
+        n += r->faults[k];
+    return n;
+}
+
+static long total_viol(const result_t *r)
+{
+    long n = 0;
+    for (int k = 0; k < V_COUNT; k++)
+        n += r->violations[k];
+    return n;
+}
+
+static double pct(const int64_t *v, int n, double p)
+{
+    if (n == 0)
+        return -1;
+    int i = (int)(p * (n - 1) + 0.5);
+    return (double)v[i] / 1000.0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: redisync-faults [--seed N] [--only NAME[,NAME...]] [--scale PCT] "
+                    "[--verbose] [--list] [--sabotage]\n"
+                    "  --sabotage: self-test of the checks: workers sometimes skip the lock (latch: "
+                    "the wait) and claim success; the run must then FAIL\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--worker") == 0)
+        return worker_main(argc, argv);
+
+    uint64_t seed = 20251123;
+    const char *only = NULL;
+    int scale = 100;
+    const char *env = getenv("FAULTS_SEED");
+    if (env && *env)
+        seed = strtoull(env, NULL, 10);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            only = argv[++i];
+        else if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc)
+            scale = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0)
+            g_verbose = 1;
+        else if (strcmp(argv[i], "--sabotage") == 0)
+            g_sabotage = 1;
+        else if (strcmp(argv[i], "--list") == 0) {
+            for (int k = 0; k < NSCEN; k++)
+                printf("%s\n", scenarios[k].name);
+            return 0;
+        } else
+            usage();
+    }
+    if (scale < 10)
+        scale = 10;
+    ssize_t len = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
+    if (len <= 0) {
+        perror("faults: readlink /proc/self/exe");
+        return 2;
+    }
+    g_exe[len] = '\0';
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    ts_server_t ck_srv;
+    if (ts_server_start(&ck_srv, NULL) != 0) {
+        fprintf(stderr, "faults: cannot start the checker redis-server\n");
+        return 2;
+    }
+    redisContext *ck = ck_connect(ck_srv.port);
+
+    printf("redisync fault suite: seed %llu (repeat: %s --seed %llu%s%s), scale %d%%\n",
+           (unsigned long long)seed, argv[0], (unsigned long long)seed, only ? " --only " : "",
+           only ? only : "", scale);
+    result_t res[NSCEN];
+    memset(res, 0, sizeof res);
+    int ran[NSCEN] = {0};
+    int64_t t_all = now_us();
+    for (int k = 0; k < NSCEN; k++) {
+        if (only) {
+            char list[256];
+            snprintf(list, sizeof list, ",%s,", only);
+            char key[64];
+            snprintf(key, sizeof key, ",%s,", scenarios[k].name);
+            if (!strstr(list, key))
+                continue;
+        }
+        scenario_t sc = scenarios[k];
+        sc.seconds = sc.seconds * scale / 100;
+        if (sc.seconds < 3)
+            sc.seconds = 3;
+        run_t R;
+        memset(&R, 0, sizeof R);
+        R.sc = &sc;
+        R.index = k;
+        R.seed = seed;
+        R.rng = seed ^ (0x5851F42D4C957F2Dull * (uint64_t)(k + 1));
+        R.ck_srv = &ck_srv;
+        R.ck = ck;
+        res[k].sc = &scenarios[k];
+        R.res = &res[k];
+        printf("== %s: %s, %s, %d processes, %d s of faults, lease %ld ms, timeout %ld ms\n",
+               sc.name, prim_names[sc.prim], sc.persist ? "appendonly+fsync always" : "no persistence",
+               sc.procs, sc.seconds, sc.lease_ms, sc.timeout_ms);
+        run_scenario(&R);
+        ran[k] = 1;
+        printf("   %s: %ld sections, %ld violations, %.1f s\n", sc.name, res[k].sections,
+               total_viol(&res[k]), res[k].seconds);
+    }
+
+    /* the table */
+    printf("\n%-12s %5s %8s %8s %6s %7s %7s %5s %7s %7s %6s %5s %11s %6s\n", "scenario", "procs",
+           "sections", "truthful", "lost", "refused", "restart", "other", "lockerr", "edeadlk",
+           "faults", "viol", "takeover ms", "secs");
+    printf("%-12s %5s %8s %8s %6s %7s %7s %5s %7s %7s %6s %5s %11s %6s\n", "", "", "", "",
+           "ELOST", "+ELOST", "+ELOST", "", "", "orphan", "", "", "p50/p99", "");
+    long S = 0, P = 0, F = 0, V = 0;
+    int64_t *all = NULL;
+    int nall = 0;
+    int failed = 0;
+    for (int k = 0; k < NSCEN; k++) {
+        if (!ran[k])
+            continue;
+        result_t *r = &res[k];
+        char tk[32] = "-";
+        if (r->ntakeover)
+            snprintf(tk, sizeof tk, "%.0f/%.0f", pct(r->takeover, r->ntakeover, 0.5),
+                     pct(r->takeover, r->ntakeover, 0.99));
+        printf("%-12s %5ld %8ld %8ld %6ld %7ld %7ld %5ld %7ld %7ld %6ld %5ld %11s %6.1f\n",
+               r->sc->name, r->processes, r->sections, r->truthful, r->elost, r->refused_reported,
+               r->restart_lost, r->other_rc, r->lock_errors, r->orphans, total_faults(r),
+               total_viol(r), tk, r->seconds);
+        S += r->sections, P += r->processes, F += total_faults(r), V += total_viol(r);
+        all = realloc(all, (size_t)(nall + r->ntakeover + 1) * sizeof *all);
+        memcpy(all + nall, r->takeover, (size_t)r->ntakeover * sizeof *all);
+        nall += r->ntakeover;
+        if (total_viol(r) || r->setup_failed)
+            failed = 1;
+    }
+    printf("(lost: unlock said RS_ELOST; refused+ELOST: of those, sections whose fenced ops were "
+           "refused; restart+ELOST: holds that spanned a restart without persistence, all told; "
+           "other: unlock RS_ECONN; lockerr: lock RS_ECONN/ETIMEDOUT...; edeadlk orphan: "
+           "docs/design.md limit)\n");
+    printf("\nfaults by kind:\n%-14s", "");
+    for (int k = 0; k < NSCEN; k++)
+        if (ran[k])
+            printf(" %12s", scenarios[k].name);
+    printf("\n");
+    for (int f = 0; f < F_COUNT; f++) {
+        printf("%-14s", fault_names[f]);
+        for (int k = 0; k < NSCEN; k++)
+            if (ran[k]) {
+                if (scenarios[k].faults & FB(f))
+                    printf(" %12ld", res[k].faults[f]);
+                else
+                    printf(" %12s", "-");
+            }
+        printf("\n");
+    }
+    printf("\nviolations by invariant:\n%-14s", "");
+    for (int k = 0; k < NSCEN; k++)
+        if (ran[k])
+            printf(" %12s", scenarios[k].name);
+    printf("\n");
+    for (int v = 0; v < V_COUNT; v++) {
+        printf("%-14s", viol_names[v]);
+        for (int k = 0; k < NSCEN; k++)
+            if (ran[k])
+                printf(" %12ld", res[k].violations[v]);
+        printf("\n");
+    }
+    printf("%-14s", "dup tokens");
+    for (int k = 0; k < NSCEN; k++)
+        if (ran[k])
+            printf(" %12ld", res[k].dup_tokens);
+    printf("\n%-14s", "on_lost calls");
+    for (int k = 0; k < NSCEN; k++)
+        if (ran[k])
+            printf(" %12ld", res[k].onlost);
+    printf("\n");
+    for (int i = 1; i < nall; i++) /* insertion sort: a few hundred values */
+        for (int j = i; j > 0 && all[j - 1] > all[j]; j--) {
+            int64_t t = all[j];
+            all[j] = all[j - 1];
+            all[j - 1] = t;
+        }
+    printf("\n%ld violations in %ld sections across %ld processes with %ld injected faults; "
+           "takeover p50/p99 %.0f/%.0f ms (%d takeovers); seed %llu; %.1f s\n",
+           V, S, P, F, pct(all, nall, 0.5), pct(all, nall, 0.99), nall, (unsigned long long)seed,
+           (double)(now_us() - t_all) / 1e6);
+    for (int k = 0; k < NSCEN; k++)
+        if (ran[k] && res[k].setup_failed)
+            printf("%s: SETUP FAILED\n", scenarios[k].name);
+    printf("%s\n", failed ? "test-faults: FAILED" : "test-faults: ok");
+    free(all);
+    for (int k = 0; k < NSCEN; k++)
+        free(res[k].takeover);
+    redisFree(ck);
+    ts_server_stop(&ck_srv);
+    return failed ? 1 : 0;
+}
