@@ -348,8 +348,8 @@ static int run_acquiring(rs_call_t *k, const char *op, const char *mode, rs_atte
      * shows itself (its replica left it): the next connections ask the sentinels again */
     rs__topo_changed(c);
     return rs__fail(c, RS_EREPL, "WAIT: %lld of %d replica(s) confirmed the acquisition of %s "
-                    "\"%s\" within %ld ms; it was undone", acked < 0 ? 0 : acked,
-                    c->min_replicas, k->h->kind, k->h->name, c->replica_timeout_ms);
+                    "\"%.*s\" within %ld ms; it was undone", acked < 0 ? 0 : acked,
+                    c->min_replicas, k->h->kind, RS_HNAME(k->h), c->replica_timeout_ms);
 }
 
 static int op_attempt(void *ctx, int queue, rs_attempt_t *out)

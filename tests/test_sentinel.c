@@ -18,6 +18,7 @@
 #include <criterion/logging.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -260,7 +261,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
         _exit(2);
     }
     while (!atomic_load(&sh->stop)) {
-        struct timespec dl = deadline_in(15000);
+        struct timespec dl = deadline_in(5000);
         int rc = rs_mutex_timedlock(m, &dl);
         if (rc != 0) {
             atomic_fetch_add(&sh->err[id][code_slot(rc)], 1);
@@ -328,9 +329,76 @@ static int cmp_fence(const void *a, const void *b)
     return x->fence < y->fence ? -1 : x->fence > y->fence;
 }
 
+/* Where failover_run is, for the stall reporter: Criterion's own timeout says only
+ * "Timed out", so a thread prints the stage to stderr if the test outlives its budget. */
+static const char *volatile fo_stage = "start";
+static long long fo_stage_ms;
+
+static void stage(const char *what)
+{
+    fo_stage_ms = mono_ms();
+    fo_stage = what;
+}
+
+static void *stall_reporter(void *arg)
+{
+    long long at = *(long long *)arg;
+    while (mono_ms() < at)
+        sleep_ms(200);
+    fprintf(stderr, "sentinel failover test: stalled in stage \"%s\" for %lld ms\n", fo_stage,
+            mono_ms() - fo_stage_ms);
+    return NULL;
+}
+
+/* The earlier of now + ms and the test's own end: every phase bounded, all within budget. */
+static long long fo_end;
+static long long until_in(long long ms)
+{
+    long long u = mono_ms() + ms;
+    return u < fo_end ? u : fo_end;
+}
+
+/* Reaps the workers by the deadline; a worker still running then is killed and reported. */
+static void reap_workers(shared_t *sh, const pid_t *pids, long long until)
+{
+    int done[NWORKERS] = {0};
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < NWORKERS; i++) {
+            int st = 0;
+            if (done[i])
+                continue;
+            if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+                done[i] = 1;
+                cr_log_info("worker %d: last error: %s", i, sh->lasterr[i]);
+                cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d: status %d (%s)", i,
+                          st, sh->lasterr[i]);
+            } else {
+                left++;
+            }
+        }
+        if (!left)
+            return;
+        if (mono_ms() >= until)
+            break;
+        sleep_ms(20);
+    }
+    for (int i = 0; i < NWORKERS; i++) {
+        if (done[i])
+            continue;
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], NULL, 0);
+        cr_expect_fail("worker %d did not stop (a call that never returned?); last error: %s", i,
+                       sh->lasterr[i]);
+    }
+}
+
 static void failover_run(int min_replicas)
 {
+    /* TestSuite timeout is 120 s; the phases below share 95 s of it */
+    fo_end = mono_ms() + 95000;
     topo_t t;
+    stage("deployment");
     topo_up(&t, 3);
     char prefix[32];
     ts_unique_prefix(prefix, sizeof prefix);
@@ -345,24 +413,34 @@ static void failover_run(int min_replicas)
         if (pids[i] == 0)
             worker(sh, i, t.url, prefix, min_replicas);
     }
-    long long until = mono_ms() + 15000;
+    /* started after the forks: a fork while a thread starts is what gcc 12's ASan trips on */
+    static long long report_at;
+    report_at = fo_end + 10000;
+    pthread_t reporter;
+    if (pthread_create(&reporter, NULL, stall_reporter, &report_at) == 0)
+        pthread_detach(reporter);
+    stage("workers start");
+    long long until = until_in(15000);
     while (!all_ok(sh, 0, 3) && mono_ms() < until)
         sleep_ms(20);
     cr_assert(all_ok(sh, 0, 3), "workers did not get going before the failover");
 
     /* a hold confirmed before the failover, kept across it */
+    stage("hold before the failover");
     rs_config_t cfg = config(t.url, prefix, min_replicas);
     cfg.lease_ms = 60000;
     rs_client_t *holder = NULL;
     rs_mutex_t *held = NULL;
     cr_assert_eq(rs_client_open(&holder, &cfg), 0);
     cr_assert_eq(rs_mutex_init(&held, holder, "held"), 0);
-    cr_assert_eq(rs_mutex_lock(held), 0, "lock: %s", rs_client_lasterror(holder));
+    struct timespec dl = deadline_in(10000);
+    cr_assert_eq(rs_mutex_timedlock(held, &dl), 0, "lock: %s", rs_client_lasterror(holder));
     uint64_t held_fence = rs_mutex_fence(held);
 
+    stage("SENTINEL FAILOVER");
     long long t_fail_us = mono_us();
     char reply[128] = "";
-    until = mono_ms() + 20000;
+    until = until_in(20000);
     while (mono_ms() < until) {
         if (ts_cmd_str(&t.sent[0], reply, sizeof reply, "SENTINEL FAILOVER %s", MASTER_NAME) &&
             strcmp(reply, "OK") == 0)
@@ -370,7 +448,8 @@ static void failover_run(int min_replicas)
         sleep_ms(100); /* NOGOODSLAVE until the sentinel has seen the replica */
     }
     cr_assert_str_eq(reply, "OK", "SENTINEL FAILOVER: %s", reply);
-    until = mono_ms() + 20000;
+    stage("switch to the replica");
+    until = until_in(20000);
     while (ts_sentinel_master_port(&t.sent[0], MASTER_NAME) != t.replica.port &&
            mono_ms() < until)
         sleep_ms(20);
@@ -378,24 +457,23 @@ static void failover_run(int min_replicas)
                  "the sentinels never switched to the replica");
     long long t_switch = mono_ms();
     atomic_store(&sh->phase, 1);
-    until = mono_ms() + 30000;
+    stage("demotion of the old master");
+    until = until_in(30000);
     while (!role_is(&t.master, "slave") && mono_ms() < until)
         sleep_ms(50);
     cr_assert(role_is(&t.master, "slave"), "the old master was never demoted");
     long long t_demoted = mono_ms();
     atomic_store(&sh->phase, 2);
-    until = mono_ms() + 20000;
+    stage("workers after the demotion");
+    until = until_in(20000);
     while (!all_ok(sh, 2, 5) && mono_ms() < until)
         sleep_ms(20);
     long long t_carry = mono_ms();
     atomic_store(&sh->stop, 1);
-    for (int i = 0; i < NWORKERS; i++) {
-        int st = 0;
-        waitpid(pids[i], &st, 0);
-        cr_log_info("worker %d: last error: %s", i, sh->lasterr[i]);
-        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d: status %d (%s)", i, st,
-                  sh->lasterr[i]);
-    }
+    stage("workers stop");
+    /* a worker returns within one timedlock (5 s) and a close */
+    reap_workers(sh, pids, mono_ms() + 12000);
+    stage("checks");
 
     /* every worker carried on after the old master was demoted */
     int total_err[NCODES] = {0};
@@ -426,6 +504,7 @@ static void failover_run(int min_replicas)
     char key[96], f[64] = "";
     snprintf(key, sizeof key, "%s:{held}:mutex", prefix);
     int present = ts_cmd_str(&t.replica, f, sizeof f, "HGET %s f", key) != NULL;
+    stage("unlock of the hold kept across");
     int urc = rs_mutex_unlock(held);
     if (min_replicas > 0 || present) {
         cr_expect(present, "the confirmed hold is missing on the new master");
@@ -438,7 +517,9 @@ static void failover_run(int min_replicas)
         cr_expect_eq(urc, RS_ELOST, "unlock of a hold the failover lost: %d", urc);
     }
     rs_mutex_destroy(held);
+    stage("close");
     rs_client_close(holder);
+    stage("checks");
 
     if (min_replicas > 0) {
         /* the fence counter on the new master covers every token confirmed before */
@@ -469,7 +550,9 @@ static void failover_run(int min_replicas)
         cr_expect_eq(overlaps, 0, "%d truthful sections overlapped", overlaps);
     }
     munmap(sh, sizeof *sh);
+    stage("teardown");
     topo_down(&t);
+    stage("done");
 }
 
 Test(sentinel, failover_processes_carry_on)
