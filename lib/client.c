@@ -75,22 +75,12 @@ static void atfork_register(void)
 
 int rs__forked(const rs_client_t *c)
 {
-    return atomic_load(&rs_fork_generation) != c->fork_generation;
+    return rs__fork_generation() != c->fork_generation;
 }
 
-static int random_bytes(unsigned char *buf, size_t n)
+unsigned rs__fork_generation(void)
 {
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = getrandom(buf + got, n - got, 0);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        got += (size_t)r;
-    }
-    return 0;
+    return atomic_load(&rs_fork_generation);
 }
 
 static void hex(const unsigned char *in, size_t n, char *out)
@@ -230,7 +220,7 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     c->fork_generation = atomic_load(&rs_fork_generation);
 
     unsigned char rnd[24];
-    if (random_bytes(rnd, sizeof rnd) != 0) {
+    if (rs__random_bytes(rnd, sizeof rnd) != 0) {
         rc = rs__fail(NULL, EAGAIN, "getrandom failed: %s", strerror(errno));
         goto fail;
     }

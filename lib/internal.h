@@ -203,9 +203,16 @@ uint64_t rs__thread_no(void);
  * its SHA1. buf must hold RS_TOKEN_MAX bytes. */
 #define RS_TOKEN_MAX 64
 size_t rs__owner_token(const rs_client_t *c, char *buf);
-/* A fresh acquisition id "PUBLICID:N", unique per client. buf: RS_ACQID_MAX bytes. */
-#define RS_ACQID_MAX 48
+/* A fresh acquisition id "PUBLICID:N.SECRET", unique per client; SECRET is 64 random bits.
+ * "PUBLICID:N" (the route) may be published in messages that only ask for a retry; the whole
+ * id is published only in the grant that ends the acquisition, so nobody who cannot read
+ * the queue keys can forge a grant. buf: RS_ACQID_MAX bytes. */
+#define RS_ACQID_MAX 64
+#define RS_ACQID_SEP '.' 
 size_t rs__acq_id(rs_client_t *c, char *buf);
+/* getrandom(2), retried on EINTR: 0 or -1 */
+int rs__random_bytes(unsigned char *buf, size_t n);
+unsigned rs__fork_generation(void); /* bumped in every fork child (pthread_atfork) */
 
 typedef struct rs_lease rs_lease_t;
 /* What one thread holds through one handle. */

@@ -117,16 +117,22 @@ static void dispatch(rs_client_t *c, const char *payload, size_t len)
         return;
     pthread_mutex_lock(&c->nt.mu);
     for (rs_waiter_t *w = c->nt.head; w; w = w->next) {
-        if (strlen(w->id) == idlen && memcmp(w->id, payload, idlen) == 0) {
-            size_t rest = sp ? len - idlen - 1 : 0;
-            if (rest >= sizeof w->msg)
-                rest = sizeof w->msg - 1;
-            if (sp)
-                memcpy(w->msg, sp + 1, rest);
-            w->msg[rest] = '\0';
-            poke_locked(w, RS_WAKE_MSG);
-            break;
-        }
+        /* the whole id (with its secret) may carry a grant; the route "PUBLICID:N" alone
+         * (what retry messages carry, and all a forger can know) only asks for a retry */
+        size_t full = strlen(w->id);
+        const char *sep = strchr(w->id, RS_ACQID_SEP);
+        size_t route = sep ? (size_t)(sep - w->id) : full;
+        int whole = full == idlen && memcmp(w->id, payload, idlen) == 0;
+        if (!whole && !(route == idlen && memcmp(w->id, payload, idlen) == 0))
+            continue;
+        size_t rest = whole && sp ? len - idlen - 1 : 0;
+        if (rest >= sizeof w->msg)
+            rest = sizeof w->msg - 1;
+        if (rest)
+            memcpy(w->msg, sp + 1, rest);
+        w->msg[rest] = '\0';
+        poke_locked(w, RS_WAKE_MSG);
+        break;
     }
     pthread_mutex_unlock(&c->nt.mu);
 }

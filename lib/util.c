@@ -1,10 +1,11 @@
 /*
  * util.c - small things every layer needs: clocks and deadlines, the per-thread error
  * message behind rs_client_lasterror, the optional log callback, name checks and the
- * inline argument vector used to build commands without allocating.
+ * inline argument vector used to build commands without allocating, and random bytes.
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "internal.h"
@@ -12,6 +13,21 @@
 /* One message per thread, shared by all clients: a string shared between threads would
  * race (SQLite documents the same trap), and after a failed open there is no client. */
 static _Thread_local char rs_tls_error[512];
+
+int rs__random_bytes(unsigned char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(buf + got, n - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
 
 uint64_t rs__now_ns(void)
 {

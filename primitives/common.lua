@@ -96,4 +96,10 @@ local function client_channel(prefix, id)
   return prefix .. (string.match(id, '^([^:]+):') or '')
 end
 
+-- An acquisition id is "PUBLICID:N.SECRET" (lib/hold.c); its route "PUBLICID:N" addresses a
+-- message that must not be taken for a grant.
+local function acq_route(id)
+  return string.match(id, '^[^.]*')
+end
+
 -- ---- end of common.lua; the primitive's own script follows ----

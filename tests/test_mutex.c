@@ -1473,3 +1473,79 @@ Test(mutex, queue_full, .timeout = 60)
     rs_client_close(cc);
     ts_server_stop(&s);
 }
+
+/* ------------------------------------------------------------------------------------- */
+/* A forged wake-up never grants: whoever can PUBLISH on a client's channel but cannot read */
+/* the queue keys knows the channel and can guess acquisition ids "PUBLICID:N", but not   */
+/* their secret; such messages at worst make the waiter retry (docs/security.md)         */
+
+typedef struct forged_waiter {
+    rs_mutex_t *m;
+    atomic_int done;
+    int rc;
+    uint64_t fence;
+} forged_waiter_t;
+
+static void *forged_wait_main(void *arg)
+{
+    forged_waiter_t *w = arg;
+    struct timespec dl = tu_abs_in(20000);
+    w->rc = rs_mutex_timedlock(w->m, &dl);
+    w->fence = rs_mutex_fence(w->m);
+    if (w->rc == 0)
+        rs_mutex_unlock(w->m);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+Test(mutex, forged_wakeup_never_grants, .timeout = 60)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *holder = tu_open_client(&s, 5000, 2000, NULL);
+    rs_client_t *waiter = tu_open_client(&s, 5000, 2000, NULL);
+    rs_mutex_t *mh = new_mutex(holder, "forged");
+    forged_waiter_t w = {.m = new_mutex(waiter, "forged")};
+    cr_assert_eq(rs_mutex_lock(mh), 0);
+    uint64_t f0 = rs_mutex_fence(mh);
+    pthread_t th;
+    tu_thread_start(&th, forged_wait_main, &w);
+    cr_assert(wait_zcard(&s, "forged", 1, 5000), "the waiter never queued");
+
+    /* every id the waiter's client can have used so far, as a route ("ID:N", what retry
+     * messages carry) and with secrets a forger might try, each with a fence far above */
+    const char *id = rs_client_id(waiter);
+    long long delivered = 0;
+    for (int n = 0; n < 64; n++) {
+        const char *forms[] = {"%s:%x %llu", "%s:%x.0000000000000000 %llu",
+                               "%s:%x.ffffffffffffffff %llu", "%s:%x. %llu", "%s:%x.%s %llu"};
+        for (size_t k = 0; k < sizeof forms / sizeof forms[0]; k++) {
+            char msg[128];
+            if (k == 4)
+                snprintf(msg, sizeof msg, "%s:%x.%s %llu", id, n, id,
+                         (unsigned long long)f0 + 1000000);
+            else
+                snprintf(msg, sizeof msg, forms[k], id, n, (unsigned long long)f0 + 1000000);
+            delivered += ts_cmd_int(&s, "PUBLISH rs:client:%s %s", id, msg);
+        }
+    }
+    cr_expect_gt(delivered, 0, "no forged message reached the waiter's subscriber");
+    tu_sleep_ms(300);
+    cr_expect_eq(atomic_load(&w.done), 0, "a forged wake-up granted the lock (rc %d, fence %llu)",
+                 w.rc, (unsigned long long)w.fence);
+    cr_expect_eq(zcard_q(&s, "forged"), 1, "the waiter left the queue");
+    cr_expect_eq(rs_mutex_remaining(mh) > 0, 1, "the holder lost its hold");
+
+    /* the real release still hands over, with the real token */
+    cr_expect_eq(rs_mutex_unlock(mh), 0);
+    cr_assert(tu_thread_join(th, &w.done, 10000), "the waiter was not served after the release");
+    cr_expect_eq(w.rc, 0, "waiter: %d", w.rc);
+    cr_expect(w.fence > f0 && w.fence != f0 + 1000000,
+              "the waiter's token %llu is not the handover's (holder had %llu)",
+              (unsigned long long)w.fence, (unsigned long long)f0);
+    rs_mutex_destroy(w.m);
+    rs_mutex_destroy(mh);
+    rs_client_close(waiter);
+    rs_client_close(holder);
+    ts_server_stop(&s);
+}

@@ -158,7 +158,8 @@ local function serve(size, taken, now_ms, now_us)
     local chan = client_channel(ARGV[5], head)
     if not n or n < 1 or n > size then
       drop(head)
-      if head ~= ARGV[3] then redis.call('PUBLISH', chan, head .. ' 0') end
+      -- the route only ("PUBLICID:N"): the whole id, with its secret, is kept for grants
+      if head ~= ARGV[3] then redis.call('PUBLISH', chan, acq_route(head) .. ' 0') end
     elseif taken + n > size then
       return taken, true
     else
