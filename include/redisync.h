@@ -247,7 +247,8 @@ RS_API int rs_latch_destroy(rs_latch_t *l);
  * its client's URL names it), so multilocks over overlapping sets never deadlock. Each part
  * is an ordinary hold of its mutex: its own lease renewed by the watchdog, its own fencing
  * token (rs_mutex_fence on the part), its own loss report. Nothing of the multilock itself
- * is kept in Redis.
+ * is kept in Redis. Parts of one client on one server (not Cluster), at most 6, are first
+ * tried with one script that takes all or none: one round trip when none is busy.
  * ------------------------------------------------------------------------------------- */
 typedef struct rs_multilock rs_multilock_t;
 /* Builds *ml over n mutex handles, which may belong to different clients (and servers). ml

@@ -382,31 +382,54 @@ static rs_lease_t *op_queue_lease(void *ctx)
 
 static const rs_acquire_ops_t generic_ops = {op_attempt, op_cancel, op_message, op_queue_lease};
 
+int rs__hold_new(const rs_call_t *k, rs_hold_t **out)
+{
+    rs_hold_t *hold = calloc(1, sizeof *hold);
+    rs_lease_t *l = hold ? rs__call_lease(k, "renew", "rel") : NULL;
+    if (!l) {
+        free(hold);
+        *out = NULL;
+        return rs__fail(k->h->c, ENOMEM, "out of memory");
+    }
+    hold->lease = l;
+    *out = hold;
+    return 0;
+}
+
+void rs__hold_granted(const rs_call_t *k, rs_hold_t *hold, uint64_t fence, long ttl_ms,
+                      uint64_t sent_ns)
+{
+    hold->thread_no = rs__thread_no();
+    memcpy(hold->acqid, k->acqid, k->acqlen + 1);
+    hold->fence = fence;
+    hold->count = 1;
+    rs__watch_add(k->h->c, hold->lease, sent_ns, ttl_ms);
+}
+
+void rs__hold_discard(rs_hold_t *hold)
+{
+    if (!hold)
+        return;
+    rs__lease_unref(hold->lease);
+    free(hold);
+}
+
 int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out)
 {
     rs_client_t *c = k->h->c;
     *out = NULL;
     /* allocate before asking Redis, so that a grant never meets ENOMEM */
-    rs_hold_t *hold = calloc(1, sizeof *hold);
-    rs_lease_t *l = hold ? rs__call_lease(k, "renew", "rel") : NULL;
-    if (!l) {
-        free(hold);
-        return rs__fail(c, ENOMEM, "out of memory");
-    }
+    rs_hold_t *hold;
+    if (rs__hold_new(k, &hold) != 0)
+        return ENOMEM;
     rs_attempt_t at;
     int rc = rs__wait_acquire(c, &generic_ops, k, k->acqid, try_only, deadline, &at);
     if (rc == 0 && at.granted) {
-        hold->thread_no = rs__thread_no();
-        memcpy(hold->acqid, k->acqid, k->acqlen + 1);
-        hold->fence = at.fence;
-        hold->count = 1;
-        hold->lease = l;
-        rs__watch_add(c, l, at.sent_ns, at.ttl_ms);
+        rs__hold_granted(k, hold, at.fence, at.ttl_ms, at.sent_ns);
         *out = hold;
         return 0;
     }
-    rs__lease_unref(l);
-    free(hold);
+    rs__hold_discard(hold);
     if (rc == EBUSY || (try_only && rc == EDEADLK)) /* try never says EDEADLK */
         return rs__fail(c, EBUSY, "%s \"%.*s\" is busy", k->h->kind, RS_HNAME(k->h));
     return rc ? rc : rs__fail(c, RS_ESERVER, "unexpected reply from the %s script", k->h->kind);

@@ -441,6 +441,15 @@ void rs__call_extra(rs_call_t *k, const char *arg);
 void rs__call_argv(const rs_call_t *k, const char *op, const char *mode, rs_argv_t *v);
 int rs__call_run(const rs_call_t *k, const char *op, const char *mode, redisReply **out);
 rs_lease_t *rs__call_lease(const rs_call_t *k, const char *renew_op, const char *release_op);
+/* The two halves of a granted acquisition, for a grant made outside rs__acquire (the
+ * multilock's one-script path): rs__hold_new allocates the hold and its lease before Redis
+ * is asked (a grant never meets ENOMEM); rs__hold_granted records the grant (fence, lease
+ * ttl from sent_ns) and hands the lease to the watchdog; rs__hold_discard drops an unused
+ * one. The caller then rs__handle_add's the hold. */
+int rs__hold_new(const rs_call_t *k, rs_hold_t **out);
+void rs__hold_granted(const rs_call_t *k, rs_hold_t *hold, uint64_t fence, long ttl_ms,
+                      uint64_t sent_ns);
+void rs__hold_discard(rs_hold_t *hold);
 /* Decodes the acquiring reply convention into out. EDEADLK for {-1}. */
 int rs__decode_grant(const rs_call_t *k, const redisReply *r, rs_attempt_t *out);
 /* Acquires (op "acq"), waiting unless try_only (EBUSY) until deadline (ETIMEDOUT). On 0,

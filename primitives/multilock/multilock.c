@@ -26,8 +26,10 @@
  * trylock then returns EBUSY. timedlock converts its deadline to the monotonic clock once,
  * on entry, and gives every part what is left of it.
  *
- * The one-script path (all parts on one server taken in one round trip) is not done: it
- * would duplicate mutex.lua's grant and queue protocol in a second script.
+ * One round trip when it can: if every part lives on one client of a single server (or
+ * Sentinel's master), the first attempt is one EVALSHA of multilock.lua that takes all parts
+ * or none (one_script.c); only when a part is busy (or the call cannot decide) are the parts
+ * taken one by one as above.
  *
  * The part's handle is reached through the convention of lib/internal.h that every
  * primitive embeds its rs_handle_t first (struct rs_mutex { rs_handle_t h; } in mutex.c);
@@ -39,6 +41,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "one_script.h"
 
 extern const rs_kind_t rs_kind_mutex;
 
@@ -59,6 +62,7 @@ struct rs_multilock {
     ml_part_t *parts;   /* in the global order */
     pthread_mutex_t mu; /* guards holders */
     ml_holder_t *holders;
+    rs_handle_t **one;  /* the parts' handles in order, if one script can take them all */
 };
 
 #define MODE_LOCK 0
@@ -143,6 +147,13 @@ RS_API int rs_multilock_init(rs_multilock_t **out, rs_mutex_t *const *parts, siz
         }
     ml->n = n;
     ml->parts = p;
+    rs_handle_t **hs = calloc(n, sizeof *hs);
+    for (size_t i = 0; hs && i < n; i++)
+        hs[i] = p[i].h;
+    if (hs && rs__ml_one_script_fits(hs, n))
+        ml->one = hs;
+    else
+        free(hs); /* without it the ordered path serves: no error */
     pthread_mutex_init(&ml->mu, NULL);
     *out = ml;
     return 0;
@@ -214,8 +225,12 @@ static int acquire(rs_multilock_t *ml, int mode, const struct timespec *abstime)
         return rs__fail(NULL, ENOMEM, "out of memory");
     me->thread_no = self;
 
-    int rc;
-    for (;;) {
+    int rc = ml->one ? rs__ml_one_script(ml->one, ml->n) : -1;
+    if (rc == EBUSY && mode == MODE_TRY)
+        rc = rs__fail(ml->parts[0].h->c, EBUSY, "multilock: a part is busy");
+    else if (rc == EBUSY)
+        rc = -1; /* wait for it in the ordered path */
+    for (int ordered = rc == -1; ordered;) {
         size_t i;
         rc = 0;
         for (i = 0; i < ml->n && rc == 0; i++) {
@@ -333,6 +348,7 @@ RS_API int rs_multilock_destroy(rs_multilock_t *ml)
     }
     pthread_mutex_destroy(&ml->mu);
     free(ml->parts);
+    free(ml->one);
     free(ml);
     return 0;
 }

@@ -52,10 +52,7 @@ end
 -- grant() is the first writer of every path that reaches it, so next_fence's GET also
 -- checks the counter's type before anything is written.
 local function grant(tokhash, acq, lease, now_us, prev)
-  local f = next_fence(KEYS[2], now_us)
-  redis.call('HSET', KEYS[1], 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', 1, 'e', '')
-  redis.call('PEXPIRE', KEYS[1], lease)
-  return f
+  return mutex_grant(KEYS[1], KEYS[2], tokhash, acq, lease, now_us, prev)
 end
 
 local function drop(acq)
