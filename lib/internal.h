@@ -499,6 +499,11 @@ struct rs_client {
         pthread_t thread;
         int inited, started, stop;
         int fd;
+        /* the master the last +switch-master named (its message carries the address):
+         * connections go there first, since a sentinel asked right after the switch may
+         * still name the old master, which answers ROLE master until it is demoted */
+        int has_hint;
+        rs_node_t hint;
     } sw;
 
     /* cluster slot map (cluster.c) */

@@ -15,6 +15,12 @@
  *                                  master of a key's slot) or in turn; nothing to check
  *                                  (MOVED/ASK replies redirect, see script.c).
  *
+ * The address a +switch-master announces is kept as a hint and tried before any sentinel is
+ * asked: a sentinel that has not yet heard of the switch names the old master, which still
+ * answers ROLE master for the seconds until it is demoted, and a connection that went there
+ * (the notifier's above all: it sends nothing that would fail) would serve a master nobody
+ * else uses. The hint is dropped when the node it names is not a master.
+ *
  * A failover is noticed when a sentinel announces +switch-master (one watcher thread per
  * client, subscribed on one sentinel at a time), when a connection breaks (Sentinel kills
  * the old master's clients when it demotes it, which it does only seconds after the switch),
@@ -112,6 +118,15 @@ int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, c
         out->port = ep->port;
         return 0;
     }
+    if (c->sw.inited) {
+        pthread_mutex_lock(&c->sw.mu);
+        int have = c->sw.has_hint;
+        if (have)
+            *out = c->sw.hint;
+        pthread_mutex_unlock(&c->sw.mu);
+        if (have)
+            return 0;
+    }
     unsigned start = atomic_load(&c->topo_next);
     for (int i = 0; i < ep->nseeds; i++) {
         unsigned idx = (start + (unsigned)i) % (unsigned)ep->nseeds;
@@ -121,6 +136,34 @@ int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, c
         }
     }
     return RS_ECONN;
+}
+
+/* Drops the +switch-master hint if it names node (which turned out not to be a master). */
+static void forget_hint(rs_client_t *c, const rs_node_t *node)
+{
+    if (!c->sw.inited)
+        return;
+    pthread_mutex_lock(&c->sw.mu);
+    if (c->sw.has_hint && c->sw.hint.port == node->port &&
+        strcmp(c->sw.hint.host, node->host) == 0)
+        c->sw.has_hint = 0;
+    pthread_mutex_unlock(&c->sw.mu);
+}
+
+/* "NAME OLDIP OLDPORT NEWIP NEWPORT" (mlen: NAME's length) -> the hint. */
+static void take_hint(rs_client_t *c, const char *msg, size_t mlen)
+{
+    char oldip[64], newip[sizeof c->sw.hint.host];
+    int oldport, newport;
+    char fmt[48];
+    snprintf(fmt, sizeof fmt, "%%63s %%d %%%zus %%d", sizeof newip - 1);
+    if (sscanf(msg + mlen + 1, fmt, oldip, &oldport, newip, &newport) != 4 || newport <= 0)
+        return;
+    pthread_mutex_lock(&c->sw.mu);
+    snprintf(c->sw.hint.host, sizeof c->sw.hint.host, "%s", newip);
+    c->sw.hint.port = newport;
+    c->sw.has_hint = 1;
+    pthread_mutex_unlock(&c->sw.mu);
 }
 
 int rs__topo_check(rs_client_t *c, redisContext *ctx, const rs_node_t *node, char *why,
@@ -147,6 +190,7 @@ int rs__topo_check(rs_client_t *c, redisContext *ctx, const rs_node_t *node, cha
                      : "unexpected ROLE reply");
         /* ask another sentinel first next time: this one may lag behind the failover */
         atomic_fetch_add(&c->topo_next, 1);
+        forget_hint(c, node);
     }
     freeReplyObject(r);
     return ok ? 0 : RS_ECONN;
@@ -198,6 +242,7 @@ static void *watch_main(void *arg)
                     memcmp(r->element[2]->str, ep->master, mlen) == 0 &&
                     r->element[2]->str[mlen] == ' ') {
                     rs__log(c, RS_LOG_INFO, "sentinel: +switch-master %s", r->element[2]->str);
+                    take_hint(c, r->element[2]->str, mlen);
                     rs__topo_changed(c);
                 }
                 freeReplyObject(r);

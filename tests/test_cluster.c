@@ -199,9 +199,10 @@ Test(cluster, many_names_keep_exclusion)
     ts_server_t nodes[NNODES], checker;
     cr_assert_eq(ts_cluster_start(nodes, NNODES), 0);
     cr_assert_eq(ts_server_start(&checker, NULL), 0);
-    char prefix[32], url[128];
+    char prefix[32], url[160];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d", nodes[1].port);
+    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
+             nodes[1].port);
 
     /* the names cover every master */
     int seen[NNODES] = {0};
@@ -265,10 +266,10 @@ Test(cluster, slot_migration_costs_no_error)
     ts_server_t nodes[NNODES], checker;
     cr_assert_eq(ts_cluster_start(nodes, NNODES), 0);
     cr_assert_eq(ts_server_start(&checker, NULL), 0);
-    char prefix[32], url[128], key[64];
+    char prefix[32], url[160], key[64];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", nodes[0].port,
-             nodes[2].port);
+    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d,127.0.0.1:%d",
+             ts_deploy_userinfo(), nodes[0].port, nodes[2].port);
     snprintf(key, sizeof key, "%s:{n0}:mutex", prefix);
     int slot = (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key);
     int src = ts_cluster_owner(nodes, NNODES, slot);

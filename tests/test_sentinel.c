@@ -92,7 +92,7 @@ static void topo_up(topo_t *t, int nsent)
     cr_assert_eq(ts_wait_replica_up(&t->replica, 15000), 0, "replica link never came up");
     cr_assert_eq(ts_wait_replicas_online(&t->master, 1, 15000), 0,
                  "the master never counted its replica online");
-    int n = snprintf(t->url, sizeof t->url, "redis-sentinel://");
+    int n = snprintf(t->url, sizeof t->url, "redis-sentinel://%s", ts_deploy_userinfo());
     for (int i = 0; i < nsent; i++) {
         cr_assert_eq(ts_sentinel_start(&t->sent[i], MASTER_NAME, t->master.port,
                                        nsent >= 2 ? 2 : 1, 1000, 5000), 0);
@@ -134,7 +134,8 @@ Test(sentinel, lock_unlock)
     char prefix[32], url[600], key[96];
     ts_unique_prefix(prefix, sizeof prefix);
     /* a dead sentinel first: the next one is asked */
-    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:1,%s", t.url + strlen("redis-sentinel://"));
+    snprintf(url, sizeof url, "redis-sentinel://%s127.0.0.1:1,%s", ts_deploy_userinfo(),
+             t.url + strlen("redis-sentinel://") + strlen(ts_deploy_userinfo()));
     rs_config_t cfg = config(url, prefix, 0);
     rs_client_t *c = NULL;
     cr_assert_eq(rs_client_open(&c, &cfg), 0, "open: %s", rs_client_lasterror(NULL));
@@ -152,7 +153,8 @@ Test(sentinel, lock_unlock)
     rs_client_close(c);
 
     /* a master the sentinels do not know: RS_ECONN within timeout_ms, saying why */
-    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d/nosuch", t.sent[0].port);
+    snprintf(url, sizeof url, "redis-sentinel://%s127.0.0.1:%d/nosuch", ts_deploy_userinfo(),
+             t.sent[0].port);
     cfg = config(url, prefix, 0);
     cfg.timeout_ms = 300;
     long long t0 = mono_ms();

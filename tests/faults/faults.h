@@ -42,9 +42,8 @@ typedef enum {
     F_CLIENT_KILL_ALL, /* CLIENT KILL TYPE normal (every data and watchdog connection) */
     F_PUBSUB_KILL,     /* CLIENT KILL TYPE pubsub (every notifier connection) */
     F_SCRIPT_FLUSH,    /* SCRIPT FLUSH (the library reloads on NOSCRIPT) */
-    /* HOOK(sentinel-failover): a later issue adds F_FAILOVER here: a master, a replica and
-     * three sentinels (testing.md, "Replication"), SENTINEL FAILOVER, data server URL
-     * redis-sentinel://; inject.c has the matching hook. Not implemented: no stub test. */
+    F_FAILOVER,        /* SENTINEL FAILOVER: the replica becomes the master, the old master
+                          is demoted some seconds later (sentinel scenarios only) */
     F_COUNT
 } fault_t;
 
@@ -65,6 +64,9 @@ typedef struct scenario {
     int sem_size;         /* semaphore permits */
     int latch_count;      /* latch: count-downs per round (= number of count-down processes) */
     long round_ms;        /* latch: one round every round_ms */
+    int sentinel;         /* 1: a master, a replica and three sentinels; workers use
+                             redis-sentinel:// and the data server is whichever is master */
+    int min_replicas;     /* the workers' rs_config_t.min_replicas (WAIT-confirmed holds) */
 } scenario_t;
 
 extern const char *prim_names[];
@@ -193,6 +195,8 @@ int inject_debug_sleep(struct ts_server *data, long ms, redisContext **pending);
 int inject_client_kill_one(redisContext **conn, struct ts_server *data, uint64_t *rng);
 int inject_client_kill_type(redisContext **conn, struct ts_server *data, const char *type);
 int inject_script_flush(redisContext **conn, struct ts_server *data);
+/* SENTINEL FAILOVER name, asked of the sentinel s. 0 when accepted (the switch follows). */
+int inject_failover(struct ts_server *s, const char *name);
 /* Counts the keys under prefix: and those without a TTL (PTTL -1); prints the first few. */
 int scan_ttls(struct ts_server *data, const char *prefix, long *keys, long *no_ttl);
 

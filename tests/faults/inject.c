@@ -109,10 +109,19 @@ int inject_script_flush(redisContext **conn, ts_server_t *data)
     return ok_reply(data_cmd(conn, data, "SCRIPT FLUSH"), "SCRIPT FLUSH");
 }
 
-/* HOOK(sentinel-failover): inject_failover() belongs here: SENTINEL FAILOVER on the master
- * of a sentinel deployment (optionally after holding back replication with an iptables DROP
- * on the replica's link, removed in a trap), then the same invariants with the duplicate
- * tokens of I2 expected unless min_replicas confirmed the acquisitions. */
+int inject_failover(ts_server_t *s, const char *name)
+{
+    redisContext *c = ts_connect(s);
+    if (!c)
+        return -1;
+    redisReply *r = redisCommand(c, "SENTINEL FAILOVER %s", name);
+    /* INPROG or NOGOODSLAVE while the previous failover settles: not injected, not counted */
+    int rc = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "OK") == 0 ? 0 : -1;
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    return rc;
+}
 
 int scan_ttls(ts_server_t *data, const char *prefix, long *keys, long *no_ttl)
 {

@@ -4,9 +4,11 @@
  *   build/redisync-faults [--seed N] [--only NAME[,NAME...]] [--scale PCT] [--verbose] [--list]
  *                         [--sabotage]
  *
- * For each scenario (one per primitive, and the mutex twice: with and without persistence)
- * the driver starts a data redis-server (appendonly yes + appendfsync always, or no
- * persistence at all) and forks >= 8 worker processes (worker.c: this same program with
+ * For each scenario (one per primitive, the mutex twice: with and without persistence, and
+ * once more on a Sentinel deployment) the driver starts a data redis-server (appendonly yes +
+ * appendfsync always, or no persistence at all; for mutex-failover a master, two replicas
+ * and three sentinels, with SENTINEL FAILOVER among the faults and WAIT-confirmed holds)
+ * and forks >= 8 worker processes (worker.c: this same program with
  * --worker) that work through critical sections on it, recording every section on a
  * separate checker redis-server that no fault touches. Phases:
  *
@@ -46,6 +48,9 @@
 #include "faults.h"
 #include "redis_server.h"
 #include "redisync.h"
+#include "sentinel.h"
+
+#define FX_MASTER "fxmaster"
 
 #define LOCK_FAULTS                                                                             \
     (FB(F_KILL_HOLDER) | FB(F_KILL_WAITER) | FB(F_STOP_HOLDER) | FB(F_STOP_ANY) | FB(F_PAUSE) | \
@@ -62,12 +67,18 @@
  * again): its timeout_ms (3000) outlasts every stall. */
 static const scenario_t scenarios[] = {
     /* name          prim      aof procs secs lease timeout faults                          names sem latch round */
-    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0},
-    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0},
-    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0},
-    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0},
-    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0},
-    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000},
+    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0},
+    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0},
+    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0},
+    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0},
+    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0},
+    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0},
+    /* Sentinel: failovers (one per 14 s at most: the old master is demoted about 10 s after
+     * the switch) among process faults; holds WAIT-confirmed by the replica (min_replicas 1),
+     * so every invariant must hold across them, tokens included; process faults between
+     * them (every kill of a queued waiter costs the lock one lease, so fewer kinds here) */
+    {"mutex-failover", P_MUTEX, 0, 8,    32,  1000, 3000,   FB(F_FAILOVER) | FB(F_KILL_HOLDER) | FB(F_STOP_ANY),
+                                                                                              2,  0,  0,    0,    1, 1},
 };
 #define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 
@@ -95,6 +106,10 @@ typedef struct run {
     ts_server_t *ck_srv;
     redisContext *ck;
     ts_server_t data;
+    ts_server_t replica[2];   /* sentinel scenarios: the master's two replicas, and */
+    ts_server_t sent[3];      /* the three sentinels */
+    char url[600];            /* what the workers use */
+    char ports[96];           /* every port a worker's sockets may go to (the I7 check) */
     redisContext *dconn;      /* the driver's connection to the data server */
     redisContext *pending;    /* DEBUG SLEEP reply still due */
     int64_t pending_until;
@@ -122,30 +137,32 @@ static pid_t spawn(run_t *R, int i)
 {
     const scenario_t *sc = R->sc;
     slot_t *s = &R->slot[i];
-    char a[20][160];
+    char a[24][640];
     int k = 0;
-    snprintf(a[k++], 160, "prim=%d", (int)sc->prim);
-    snprintf(a[k++], 160, "slot=%d", i);
-    snprintf(a[k++], 160, "gen=%d", s->gen);
-    snprintf(a[k++], 160, "seed=%llu",
+    snprintf(a[k++], sizeof a[0], "prim=%d", (int)sc->prim);
+    snprintf(a[k++], sizeof a[0], "slot=%d", i);
+    snprintf(a[k++], sizeof a[0], "gen=%d", s->gen);
+    snprintf(a[k++], sizeof a[0], "seed=%llu",
              (unsigned long long)(R->seed * 1000003u + (uint64_t)R->index * 7919u + (uint64_t)i * 131u + (uint64_t)s->gen));
-    snprintf(a[k++], 160, "url=%s", R->data.url);
-    snprintf(a[k++], 160, "port=%d", R->data.port);
-    snprintf(a[k++], 160, "ck=%d", R->ck_srv->port);
-    snprintf(a[k++], 160, "prefix=fx");
-    snprintf(a[k++], 160, "lease=%ld", sc->lease_ms);
-    snprintf(a[k++], 160, "timeout=%ld", sc->timeout_ms);
-    snprintf(a[k++], 160, "names=%d", sc->names);
-    snprintf(a[k++], 160, "semsize=%d", sc->sem_size);
-    snprintf(a[k++], 160, "latchk=%d", sc->latch_count);
-    snprintf(a[k++], 160, "round=%ld", sc->round_ms);
-    snprintf(a[k++], 160, "t0=%lld", (long long)R->t0);
+    snprintf(a[k++], sizeof a[0], "url=%s", R->url);
+    snprintf(a[k++], sizeof a[0], "port=%d", R->data.port);
+    snprintf(a[k++], sizeof a[0], "ports=%s", R->ports);
+    snprintf(a[k++], sizeof a[0], "minrep=%d", sc->min_replicas);
+    snprintf(a[k++], sizeof a[0], "ck=%d", R->ck_srv->port);
+    snprintf(a[k++], sizeof a[0], "prefix=fx");
+    snprintf(a[k++], sizeof a[0], "lease=%ld", sc->lease_ms);
+    snprintf(a[k++], sizeof a[0], "timeout=%ld", sc->timeout_ms);
+    snprintf(a[k++], sizeof a[0], "names=%d", sc->names);
+    snprintf(a[k++], sizeof a[0], "semsize=%d", sc->sem_size);
+    snprintf(a[k++], sizeof a[0], "latchk=%d", sc->latch_count);
+    snprintf(a[k++], sizeof a[0], "round=%ld", sc->round_ms);
+    snprintf(a[k++], sizeof a[0], "t0=%lld", (long long)R->t0);
     int round0 = 1;
     if (sc->prim == P_LATCH && s->gen > 0)
         round0 = (int)((now_us() - R->t0) / (sc->round_ms * 1000)) + 1;
-    snprintf(a[k++], 160, "round0=%d", round0);
-    snprintf(a[k++], 160, "sab=%d", g_sabotage);
-    char *argv[24];
+    snprintf(a[k++], sizeof a[0], "round0=%d", round0);
+    snprintf(a[k++], sizeof a[0], "sab=%d", g_sabotage);
+    char *argv[28];
     argv[0] = "redisync-faults";
     argv[1] = "--worker";
     for (int j = 0; j < k; j++)
@@ -273,7 +290,7 @@ static int inject(run_t *R)
      * must be told), and each is one event where a dozen of the others fit */
     int kinds[4 * F_COUNT], nk = 0;
     for (int k = 0; k < F_COUNT; k++)
-        for (int wgt = k == F_RESTART_LOSE ? 3 : k == F_RESTART_AOF ? 2 : 1; wgt > 0 && (sc->faults & FB(k)); wgt--)
+        for (int wgt = k == F_RESTART_LOSE || k == F_FAILOVER ? 3 : k == F_RESTART_AOF ? 2 : 1; wgt > 0 && (sc->faults & FB(k)); wgt--)
             kinds[nk++] = k;
     int64_t now = now_us();
     for (int attempt = 0; attempt < 8; attempt++) {
@@ -368,11 +385,67 @@ static int inject(run_t *R)
             R->res->faults[k]++;
             return k;
         }
+        case F_FAILOVER: {
+            int si = (int)rnd_range(&R->rng, 0, 2);
+            if (!sc->sentinel || inject_failover(&R->sent[si], FX_MASTER) != 0)
+                continue;
+            snprintf(R->last_detail, sizeof R->last_detail, " (asked of sentinel %d)", si);
+            R->server_busy_until = now + 14000000;
+            R->res->faults[k]++;
+            return k;
+        }
         default:
             continue;
         }
     }
     return -1;
+}
+
+/* A master (R->data), two replicas and three sentinels; R->url names them for the workers.
+ * Two replicas, as a min_replicas = 1 deployment would run: during a failover the sentinels
+ * point the other replica at the new master at once, while the old master is only demoted
+ * (and can replicate again) about 10 s after the switch. */
+static int start_sentinel_topology(run_t *R)
+{
+    if (ts_server_start(&R->data, "--repl-diskless-sync-delay", "0", NULL) != 0)
+        return -1;
+    char mp[16];
+    snprintf(mp, sizeof mp, "%d", R->data.port);
+    for (int i = 0; i < 2; i++)
+        if (ts_server_start(&R->replica[i], "--replicaof", "127.0.0.1", mp,
+                            "--repl-diskless-sync-delay", "0", NULL) != 0 ||
+            ts_wait_replica_up(&R->replica[i], 15000) != 0)
+            return -1;
+    if (ts_wait_replicas_online(&R->data, 2, 15000) != 0)
+        return -1;
+    int n = snprintf(R->url, sizeof R->url, "redis-sentinel://");
+    int np = snprintf(R->ports, sizeof R->ports, "%d,%d,%d", R->data.port, R->replica[0].port,
+                      R->replica[1].port);
+    for (int i = 0; i < 3; i++) {
+        if (ts_sentinel_start(&R->sent[i], FX_MASTER, R->data.port, 2, 1000, 5000) != 0)
+            return -1;
+        n += snprintf(R->url + n, sizeof R->url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",
+                      R->sent[i].port);
+        np += snprintf(R->ports + np, sizeof R->ports - (size_t)np, ",%d", R->sent[i].port);
+    }
+    snprintf(R->url + n, sizeof R->url - (size_t)n, "/%s", FX_MASTER);
+    return 0;
+}
+
+/* The server the sentinels name master now (the keys live there). */
+static ts_server_t *current_master(run_t *R)
+{
+    if (!R->sc->sentinel)
+        return &R->data;
+    for (int i = 0; i < 3; i++) {
+        int port = ts_sentinel_master_port(&R->sent[i], FX_MASTER);
+        for (int j = 0; j < 2; j++)
+            if (port == R->replica[j].port)
+                return &R->replica[j];
+        if (port == R->data.port)
+            return &R->data;
+    }
+    return &R->data;
 }
 
 static long long progress(run_t *R)
@@ -386,8 +459,13 @@ static void run_scenario(run_t *R)
     result_t *res = R->res;
     int64_t started = now_us();
     freeReplyObject(ck_cmd(R->ck, "FLUSHALL"));
-    int rc = sc->persist ? ts_server_start(&R->data, "--appendonly", "yes", "--appendfsync", "always", NULL)
-                         : ts_server_start(&R->data, NULL);
+    int rc = sc->sentinel ? start_sentinel_topology(R)
+             : sc->persist ? ts_server_start(&R->data, "--appendonly", "yes", "--appendfsync", "always", NULL)
+                           : ts_server_start(&R->data, NULL);
+    if (!sc->sentinel) {
+        snprintf(R->url, sizeof R->url, "%s", R->data.url);
+        snprintf(R->ports, sizeof R->ports, "%d", R->data.port);
+    }
     if (rc != 0) {
         fprintf(stderr, "faults: %s: cannot start the data server\n", sc->name);
         res->setup_failed = 1;
@@ -510,7 +588,7 @@ static void run_scenario(run_t *R)
     /* clean state: two leases after the last client closed, every key has a TTL */
     sleep_us(2 * sc->lease_ms * 1000 + 300000);
     long keys = 0, no_ttl = 0;
-    if (scan_ttls(&R->data, "fx", &keys, &no_ttl) != 0)
+    if (scan_ttls(current_master(R), "fx", &keys, &no_ttl) != 0)
         viol(res, V_I7, "cannot scan the data server's keys");
     if (no_ttl)
         viol(res, V_I7, "%ld of %ld keys under the prefix have no TTL", no_ttl, keys);
@@ -519,6 +597,12 @@ static void run_scenario(run_t *R)
     if (R->dconn)
         redisFree(R->dconn);
     R->dconn = NULL;
+    if (sc->sentinel) {
+        for (int i = 0; i < 3; i++)
+            ts_server_stop(&R->sent[i]);
+        for (int i = 0; i < 2; i++)
+            ts_server_stop(&R->replica[i]);
+    }
     ts_server_stop(&R->data);
     res->seconds = (double)(now_us() - started) / 1e6;
     if (g_verbose)

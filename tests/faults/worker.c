@@ -44,6 +44,8 @@ typedef struct worker {
     uint64_t rng;
     const char *url, *prefix;
     int data_port, ck_port;
+    const char *ports;  /* every port the library may connect to, comma-separated */
+    int min_replicas;   /* > 0: lock may return RS_EREPL (a WAIT shortfall, e.g. mid-failover) */
     long lease_ms, timeout_ms;
     int names, sem_size, latch_count;
     long round_ms;
@@ -421,7 +423,7 @@ static long long section(worker_t *w)
         if (rc == ETIMEDOUT)
             live_bad(w, "w%d gen %d: lock %s %c waited %lld ms without getting it", w->slot,
                      w->gen, name, mode, (long long)(now_us() - t_req) / 1000);
-        else if (rc != RS_ECONN)
+        else if (rc != RS_ECONN && !(rc == RS_EREPL && w->min_replicas > 0))
             api_bad(w, "w%d: lock %s returned %d (%s: %s)", w->slot, name, rc, rs_strerror(rc),
                     rs_client_lasterror(w->c));
         sleep_us(rnd_range(&w->rng, 10, 50) * 1000);
@@ -574,6 +576,8 @@ int worker_main(int argc, char **argv)
     w.rng = strtoull(arg(argc, argv, "seed"), NULL, 10);
     w.url = arg(argc, argv, "url");
     w.data_port = atoi(arg(argc, argv, "port"));
+    w.ports = arg(argc, argv, "ports");
+    w.min_replicas = atoi(arg(argc, argv, "minrep"));
     w.ck_port = atoi(arg(argc, argv, "ck"));
     w.prefix = arg(argc, argv, "prefix");
     w.lease_ms = atol(arg(argc, argv, "lease"));
@@ -602,6 +606,8 @@ int worker_main(int argc, char **argv)
     cfg.prefix = w.prefix;
     cfg.lease_ms = w.lease_ms;
     cfg.timeout_ms = w.timeout_ms;
+    cfg.min_replicas = w.min_replicas;
+    cfg.replica_timeout_ms = 1500;
     cfg.on_lost = on_lost;
     cfg.log = lib_log;
     int rc;
@@ -677,7 +683,12 @@ int worker_main(int argc, char **argv)
     rc = rs_client_close(w.c);
     if (rc != 0)
         api_bad(&w, "w%d: rs_client_close returned %d", w.slot, rc);
-    int socks = sockets_to(w.data_port);
+    int socks = 0;
+    for (const char *p = w.ports; *p;) {
+        socks += sockets_to(atoi(p));
+        p += strcspn(p, ",");
+        p += *p == ',';
+    }
     redisReply *r = ck_cmd(w.ck, "SET exit:%d:%d %ld:%ld:%d", w.slot, w.gen, w.elost,
                            atomic_load(&g_onlost), socks);
     freeReplyObject(r);

@@ -294,6 +294,19 @@ static const char ts_acl_rules[] =
     "+hget +hset +hmget +hdel +hexists +hgetall +hlen +hincrby +hsetnx +hscan +hkeys "
     "+zadd +zrem +zscore +zcard +zrange +zrangebyscore +zremrangebyscore";
 
+static int acl_mode(void);
+
+/* The user the Sentinel and Cluster suites log in as: the rules above plus what those
+ * deployments need (docs/security.md, "Deployments"), nothing more. */
+#define TS_DEP_USER "rsdep"
+#define TS_DEP_PASS "rsdep-pw"
+static const char ts_dep_rules[] = "+role +wait +cluster|slots +asking";
+
+const char *ts_deploy_userinfo(void)
+{
+    return acl_mode() ? TS_DEP_USER ":" TS_DEP_PASS "@" : "";
+}
+
 static int acl_mode(void)
 {
     const char *v = getenv("RS_TEST_ACL");
@@ -308,6 +321,7 @@ static int write_aclfile(const ts_server_t *s, char *path, size_t len)
         return -1;
     fprintf(f, "user default on nopass ~* &* +@all\n");
     fprintf(f, "user %s on >%s %s\n", TS_ACL_USER, TS_ACL_PASS, ts_acl_rules);
+    fprintf(f, "user %s on >%s %s %s\n", TS_DEP_USER, TS_DEP_PASS, ts_acl_rules, ts_dep_rules);
     return fclose(f);
 }
 

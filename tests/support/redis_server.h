@@ -108,6 +108,11 @@ long long ts_info_ll(const ts_server_t *s, const char *section, const char *key,
  * buf (truncated to len - 1 characters if needed). */
 const char *ts_unique_prefix(char *buf, size_t len);
 
+/* "USER:PASSWORD@" for the userinfo of redis-sentinel:// and redis-cluster:// URLs under
+ * RS_TEST_ACL (make test-acl: a user with exactly the deployment rights of
+ * docs/security.md), else "". */
+const char *ts_deploy_userinfo(void);
+
 #ifdef __cplusplus
 }
 #endif
