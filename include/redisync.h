@@ -137,7 +137,9 @@ typedef struct rs_mutex rs_mutex_t;
 RS_API int rs_mutex_init(rs_mutex_t **m, rs_client_t *c, const char *name);
 
 /* Blocks until the calling thread holds the mutex. EDEADLK if it already does (also when
- * the hold was lost and not yet unlocked), RS_EQUEUE, RS_ECONN, RS_ESERVER, ECANCELED. */
+ * the hold was lost and not yet unlocked), RS_EQUEUE, RS_ECONN, RS_ESERVER, ECANCELED.
+ * A hold Redis kept for this thread after a lock or unlock that failed with RS_ECONN (the
+ * call ran in Redis, its reply was lost) is taken over by the next lock, with a new token. */
 RS_API int rs_mutex_lock(rs_mutex_t *m);
 
 /* Takes the mutex only if it is free and nobody is queued for it: EBUSY otherwise (also when

@@ -327,11 +327,15 @@ static int run_acquiring(rs_call_t *k, const char *op, const char *mode, rs_atte
         return rc;
     rc = rs__decode_grant(k, r, out);
     freeReplyObject(r);
-    if (rc == EDEADLK && c->ep.mode != RS_MODE_SINGLE &&
-        !rs__watch_holds(c, k->h->key[0], k->h->klen[0], k->token, k->toklen)) {
-        /* Redis has a hold of this thread that it no longer holds: its release was lost in a
-         * failover. Busy until that lease runs out, not a deadlock. */
+    if (rc == EDEADLK && !rs__watch_holds(c, k->h->key[0], k->h->klen[0], k->token, k->toklen)) {
+        /* Redis has a hold of this thread that the thread does not know of: a lock or unlock
+         * that failed (RS_ECONN) after its script ran, or a release lost in a failover. */
         rs__clear_error();
+        if (strcmp(op, "acq") == 0 && (mode[0] == 'q' || mode[0] == 't'))
+            /* ask again in mode Q/T: a script that can adopts the orphan for this acquisition
+             * (mutex.lua: fresh token and lease); the others refuse again */
+            return run_acquiring(k, op, mode[0] == 'q' ? "Q" : "T", out);
+        /* still refused: busy until that lease runs out, not a deadlock */
         memset(out, 0, sizeof *out);
         out->sent_ns = rs__now_ns();
         out->retry_ms = 50;

@@ -1549,3 +1549,66 @@ Test(mutex, forged_wakeup_never_grants, .timeout = 60)
     rs_client_close(holder);
     ts_server_stop(&s);
 }
+
+/* ------------------------------------------------------------------------------------- */
+/* An orphan (Redis holds the mutex for this thread under the id of a lock that returned  */
+/* RS_ECONN after its script ran) is adopted by the thread's next lock, with a new token   */
+
+Test(mutex, orphan_of_failed_lock_is_adopted, .timeout = 60)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = tu_open_client(&s, 5000, 300, NULL);
+    rs_client_t *other = tu_open_client(&s, 5000, 2000, NULL);
+    rs_mutex_t *m = new_mutex(c, "orphan");
+    rs_mutex_t *o = new_mutex(other, "orphan");
+    cr_assert_eq(rs_mutex_lock(m), 0); /* connections and subscriber up before the stall */
+    uint64_t f0 = rs_mutex_fence(m);
+    cr_assert_eq(rs_mutex_unlock(m), 0);
+
+    /* the server sleeps 1 s; the lock gives up after 300 ms, then Redis runs it */
+    redisContext *k = ts_connect(&s);
+    cr_assert_not_null(k);
+    redisAppendCommand(k, "DEBUG SLEEP 1");
+    int done = 0;
+    while (!done)
+        cr_assert_eq(redisBufferWrite(k, &done), REDIS_OK);
+    tu_sleep_ms(50);
+    int rc = rs_mutex_lock(m);
+    cr_assert_eq(rc, RS_ECONN, "lock during the stall: %d", rc);
+    cr_expect_eq(rs_mutex_fence(m), 0, "a failed lock left a local hold");
+    struct timeval tv = {3, 0};
+    redisSetTimeout(k, tv);
+    redisReply *r;
+    if (redisGetReply(k, (void **)&r) == REDIS_OK)
+        freeReplyObject(r);
+    redisFree(k);
+    rs_info_t in;
+    cr_assert_eq(rs_inspect(c, "mutex", "orphan", &in), 0);
+    cr_assert_eq(in.nholders, 1, "the failed lock did not run after the stall: no orphan");
+    uint64_t orphan_fence = in.fence;
+    cr_expect_eq(rs_mutex_trylock(o), EBUSY, "the orphan does not exclude others");
+
+    /* the thread's next lock takes the orphan over at once, with a fresh token */
+    struct timespec dl = tu_abs_in(10000);
+    rc = rs_mutex_timedlock(m, &dl);
+    cr_expect_eq(rc, 0, "lock after the orphan: %d (%s)", rc, rs_client_lasterror(c));
+    cr_expect_gt(rs_mutex_fence(m), orphan_fence, "the adopted hold kept the orphan's token");
+    cr_expect_gt(orphan_fence, f0);
+    cr_expect_eq(rs_mutex_trylock(o), EBUSY);
+    cr_expect_eq(rs_mutex_unlock(m), 0);
+    cr_expect_eq(rs_mutex_trylock(o), 0, "the adopted hold was not released");
+    cr_expect_eq(rs_mutex_unlock(o), 0);
+
+    /* a second handle of the thread still gets EDEADLK: that hold is known locally */
+    rs_mutex_t *m2 = new_mutex(c, "orphan");
+    cr_assert_eq(rs_mutex_lock(m), 0);
+    cr_expect_eq(rs_mutex_lock(m2), EDEADLK);
+    cr_expect_eq(rs_mutex_unlock(m), 0);
+    rs_mutex_destroy(m2);
+    rs_mutex_destroy(o);
+    rs_mutex_destroy(m);
+    rs_client_close(other);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}

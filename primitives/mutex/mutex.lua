@@ -16,7 +16,9 @@
 -- ARGV[3] acquisition id "PUBLICID:N" (wake-ups go to channel ARGV[5] .. PUBLICID)
 -- ARGV[4] lease ms
 -- ARGV[5] channel prefix, e.g. "rs:client:"
--- ARGV[6] (acq) "q": queue when busy, "t": try only
+-- ARGV[6] (acq) "q": queue when busy, "t": try only; "Q", "T": the same, and a hold of this
+--         owner under another id is an orphan to adopt (the client knows it holds nothing
+--         here: a call that failed after its script ran left it), not a refusal
 -- ARGV[7] (acq) max waiters
 -- ARGV[8] (acq, qrenew) queue entry lease ms
 -- ARGV[9] (enter, leave) id of this call (a retry of it is recognised)
@@ -117,7 +119,10 @@ local h = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'r')
 if op == 'acq' then
   if h[1] == tokhash then
     if h[2] == ARGV[3] then return {1, h[3], redis.call('PTTL', KEYS[1])} end
-    return {-1}
+    if ARGV[6] ~= 'Q' and ARGV[6] ~= 'T' then return {-1} end
+    -- the orphan becomes this acquisition's hold, with a fresh token and lease
+    local _, now_us = clock()
+    return {1, grant(tokhash, ARGV[3], ARGV[4], now_us, h[4]), tonumber(ARGV[4])}
   end
   local now_ms, now_us = clock()
   if not h[1] then
@@ -132,7 +137,7 @@ if op == 'acq' then
   end
   local ttl = redis.call('PTTL', KEYS[1])
   local seen = redis.call('GET', KEYS[2]) or '0' -- stale wake-ups carry no more (lib/wait.c)
-  if ARGV[6] ~= 'q' then return {0, ttl, 0, seen} end
+  if ARGV[6] ~= 'q' and ARGV[6] ~= 'Q' then return {0, ttl, 0, seen} end
   local e = enqueue(tokhash, now_ms)
   if e then return e end
   return {0, ttl, 1, seen}

@@ -13,6 +13,10 @@
  * (primitives/mutex/mutex.lua, acq) and lib/handle.c rs__decode_grant maps it to EDEADLK
  * without asking whether the thread holds anything locally.
  *
+ * Fixed: the next lock now adopts the orphan (lib/handle.c run_acquiring asks again in mode
+ * "T"/"Q" when no local lease of the thread holds the key; mutex.lua grants it anew), so
+ * this program exits 0; it stays as the reproduction of what that fixed.
+ *
  * docs/design.md ("A thread that locks the same name through two handles...") documents the
  * same effect after RS_ECONN from *unlock*; the lock case is not documented, and the header
  * says of rs_mutex_lock only "EDEADLK if it already does (also when the hold was lost and
