@@ -266,9 +266,8 @@ int rs__conn_connect_once(rs_client_t *c, int node, long budget_ms, long io_time
     return rc == -1 ? unreachable(c, &where, last) : rc;
 }
 
-int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
+rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node)
 {
-    *out = NULL;
     pthread_mutex_lock(&c->pool_mu);
     rs_conn_t **p = &c->idle;
     while (*p && (*p)->node != node)
@@ -279,10 +278,15 @@ int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
         c->nidle--;
     }
     pthread_mutex_unlock(&c->pool_mu);
-    if (k) {
-        *out = k;
+    return k;
+}
+
+int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
+{
+    rs_conn_t *k = rs__conn_take_idle(c, node);
+    *out = k;
+    if (k)
         return 0;
-    }
     k = calloc(1, sizeof *k);
     if (!k)
         return rs__fail(c, ENOMEM, "out of memory");

@@ -157,6 +157,8 @@ int rs__conn_connect_once(rs_client_t *c, int node, long budget_ms, long io_time
                           redisContext **out);
 /* A pooled connection to node, or one attempt at a new one (rs__conn_connect_once). */
 int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out);
+/* An idle pooled connection to node (exactly), or NULL. */
+rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node);
 void rs__conn_pool_free(rs_client_t *c);
 /* One command on ctx with SIGPIPE held off. 0 with *out set (possibly an error reply), or
  * RS_ECONN when the connection failed (the context is then unusable). */
@@ -538,6 +540,12 @@ struct rs_client {
         rs_node_t nodes[RS_NODES_MAX]; /* append-only: indices never change */
         uint8_t slot[16384];           /* node index + 1; 0: unknown */
     } cl;
+
+    /* Redlock (redlock.c): a master whose connect failed or hung is not dialled again
+     * before this (monotonic ns) while the others can make a quorum without it */
+    struct {
+        _Atomic uint64_t down_until[RS_SEEDS_MAX];
+    } rl;
 
     /* connection pool (conn.c) */
     pthread_mutex_t pool_mu;

@@ -83,6 +83,50 @@ static long backoff_ms(long lease_ms)
     return 5 + (long)(s % (uint64_t)(hi - 4));
 }
 
+/* ----- masters that are down ---------------------------------------------------------- */
+
+/* A master whose connect failed, or that did not answer a round, is not dialled again for a
+ * second while the others can still make a quorum: a master that hangs (accepts, never
+ * answers) would otherwise eat every round's budget in its handshake. */
+#define RS_RL_DOWN_NS (1000 * RS_NS_PER_MS)
+
+static int is_down(rs_client_t *c, int i)
+{
+    return atomic_load(&c->rl.down_until[i]) > rs__now_ns();
+}
+
+static void mark(rs_client_t *c, int i, int up)
+{
+    atomic_store(&c->rl.down_until[i], up ? 0 : rs__now_ns() + RS_RL_DOWN_NS);
+}
+
+/* The order in which to dial the masters of want that have no connection yet: those not
+ * marked down (pass 0), then, only if have plus those do not make a quorum, the others. Each
+ * connect gets at most half of what is left, so one that hangs leaves time for the rest.
+ * dial(i, budget_ms) returns 0 when connected. Returns how many it connected. */
+static int dial_all(rs_client_t *c, unsigned want, int have, uint64_t deadline,
+                    int (*dial)(void *arg, int i, long budget_ms), void *arg)
+{
+    int got = 0, q = rs__rl_quorum(c);
+    unsigned tried = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && have + got >= q)
+            break;
+        for (int i = 0; i < c->ep.nseeds; i++) {
+            if (!(want & (1u << i)) || (tried & (1u << i)) || (pass == 0 && is_down(c, i)))
+                continue;
+            long left = ms_left(deadline);
+            if (left <= 0)
+                return got;
+            tried |= 1u << i;
+            int ok = dial(arg, i, left > 1 ? left / 2 : 1) == 0;
+            mark(c, i, ok);
+            got += ok;
+        }
+    }
+    return got;
+}
+
 /* ----- the fan-out ------------------------------------------------------------------- */
 
 typedef void (*rl_build_fn)(void *arg, int j, rs_argv_t *out);
@@ -177,6 +221,33 @@ static void build_one(void *arg, int j, rs_argv_t *out)
             out->v[i] = out->arena + (src->v[i] - src->arena);
 }
 
+struct dial_pool {
+    rs_client_t *c;
+    rs_conn_t *k[RS_SEEDS_MAX];
+};
+
+static int dial_pool(void *arg, int i, long budget_ms)
+{
+    struct dial_pool *dp = arg;
+    return rs__conn_get_once(dp->c, i, budget_ms, &dp->k[i]);
+}
+
+struct dial_wd {
+    rs_client_t *c;
+    long io_ms;
+};
+
+static int dial_wd(void *arg, int i, long budget_ms)
+{
+    struct dial_wd *dw = arg;
+    rs_client_t *c = dw->c;
+    if (rs__conn_connect_once(c, i, budget_ms, dw->io_ms, &c->wd.cctx[i]) != 0) {
+        c->wd.cctx[i] = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 /* Loads script s on ctx (a master that answered NOSCRIPT); 0 on success. */
 static int load(rs_client_t *c, redisContext *ctx, const rs_script_t *s)
 {
@@ -196,16 +267,27 @@ static void rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
     rs__evalsha_argv(s, nkeys, args, &ev);
     struct one_cmd oc = {&ev};
     for (int pass = 0; pass < 2; pass++) {
-        rs_conn_t *k[RS_SEEDS_MAX] = {0};
+        struct dial_pool dp = {c, {0}};
         redisContext *ctx[RS_SEEDS_MAX] = {0};
-        int any = 0;
+        unsigned want = 0;
+        int have = 0;
         for (int i = 0; i < n; i++) {
-            long left = ms_left(deadline);
-            if (!(mask & (1u << i)) || rep[i] || left <= 0)
-                continue;
-            if (rs__conn_get_once(c, i, left, &k[i]) == 0)
-                ctx[i] = k[i]->ctx, any = 1;
+            if (rep[i]) {
+                have++;
+            } else if (mask & (1u << i)) {
+                /* a master marked down is asked only if the others cannot make a quorum */
+                if (!is_down(c, i) && (dp.k[i] = rs__conn_take_idle(c, i)) != NULL)
+                    have++;
+                else
+                    want |= 1u << i;
+            }
         }
+        dial_all(c, want, have, deadline, dial_pool, &dp);
+        rs_conn_t **k = dp.k;
+        int any = 0;
+        for (int i = 0; i < n; i++)
+            if (k[i])
+                ctx[i] = k[i]->ctx, any = 1;
         if (!any)
             return;
         redisReply *got[RS_SEEDS_MAX] = {0};
@@ -227,6 +309,10 @@ static void rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
                 r = NULL;
             }
             rep[i] = r;
+            if (r)
+                mark(c, i, 1);
+            else if (got[i] == NULL)
+                mark(c, i, 0); /* sent, and no answer within the round */
             rs__conn_put(c, k[i], (broken & (1u << i)) != 0);
         }
         if (!reload || ms_left(deadline) <= 0)
@@ -439,8 +525,10 @@ int rs__rl_open(rs_client_t *c)
             long left = ms_left(end);
             if ((ok & (1u << i)) || left <= 0)
                 continue;
+            /* a share of the time, so that one master that hangs leaves some for the rest */
+            long share = c->timeout_ms / n > 50 ? c->timeout_ms / n : 50;
             rs_conn_t *k;
-            int rc = rs__conn_get_once(c, i, left, &k);
+            int rc = rs__conn_get_once(c, i, share < left ? share : left, &k);
             if (rc == 0) {
                 rs__conn_put(c, k, 0);
                 ok |= 1u << i;
@@ -498,15 +586,21 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
     unsigned todo = all_mask(c);
     for (int pass = 0; pass < 2 && todo; pass++) {
         redisContext *ctx[RS_SEEDS_MAX] = {0};
+        unsigned want = 0;
+        int have = 0;
         for (int i = 0; i < nm; i++) {
-            long left = ms_left(deadline);
-            if (!(todo & (1u << i)) || left <= 0)
+            if (!(todo & (1u << i)))
                 continue;
-            if (!c->wd.cctx[i] &&
-                rs__conn_connect_once(c, i, left, io_ms, &c->wd.cctx[i]) != 0)
-                c->wd.cctx[i] = NULL;
-            ctx[i] = c->wd.cctx[i];
+            if (c->wd.cctx[i])
+                have++;
+            else
+                want |= 1u << i;
         }
+        struct dial_wd dw = {c, io_ms};
+        dial_all(c, want, have, deadline, dial_wd, &dw);
+        for (int i = 0; i < nm; i++)
+            if (todo & (1u << i))
+                ctx[i] = c->wd.cctx[i];
         unsigned broken = fanout(ctx, nm, build_renew, &rc, n, deadline, rep);
         unsigned again = 0;
         for (int i = 0; i < nm; i++) {
@@ -536,9 +630,11 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
             if (broken & (1u << i)) {
                 redisFree(c->wd.cctx[i]);
                 c->wd.cctx[i] = NULL;
+                if (!rep[i * n])
+                    mark(c, i, 0);
             }
         }
-        todo = again;
+        todo = again & ~broken;
     }
     for (int j = 0; j < n; j++) {
         int yes = 0, no = 0, granted = 0;

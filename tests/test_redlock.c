@@ -14,6 +14,8 @@
  *   processes_exclude      four processes lock one mutex: never two in the critical section,
  *                          fences rise in the order of the sections, no error
  *   one_master_killed      the same, one master killed in the middle: work goes on
+ *   one_master_paused      the same, one master stopped (SIGSTOP) in the middle: it accepts
+ *                          connections and never answers; work goes on
  *   majority_down          two of three killed: every call returns an error within
  *                          timeout_ms (plus a margin), nothing hangs
  * Timing is asserted only as generous "within" bounds.
@@ -514,6 +516,10 @@ static void reap(shared_t *sh, pid_t *pids, long long until)
         }
 }
 
+#define KILL_NONE 0
+#define KILL_ONE 1
+#define PAUSE_ONE 2 /* SIGSTOP: a master that accepts and never answers */
+
 static void run_workers(int kill_one)
 {
     masters_t m;
@@ -538,7 +544,10 @@ static void run_workers(int kill_one)
         sleep_ms(20);
     int started = all_ok(sh, 0, want);
     if (started && kill_one) {
-        ts_server_kill(&m.s[1]);
+        if (kill_one == PAUSE_ONE)
+            ts_server_pause(&m.s[1]);
+        else
+            ts_server_kill(&m.s[1]);
         atomic_store(&sh->phase, 1);
         until = mono_ms() + 40000;
         while (!all_ok(sh, 1, 50) && mono_ms() < until)
@@ -546,6 +555,8 @@ static void run_workers(int kill_one)
     }
     atomic_store(&sh->stop, 1);
     reap(sh, pids, mono_ms() + 20000);
+    if (kill_one == PAUSE_ONE)
+        ts_server_resume(&m.s[1]);
     cr_assert(started, "workers did not get going");
 
     int errs[NCODES] = {0};
@@ -560,7 +571,9 @@ static void run_workers(int kill_one)
     if (n > MAXSECT)
         n = MAXSECT;
     cr_log_info("redlock%s: %d mutex sections; errors ELOST %d ECONN %d ETIMEDOUT %d "
-                "ECANCELED %d other %d", kill_one ? " (one master killed)" : "", n, errs[0],
+                "ECANCELED %d other %d",
+                kill_one == KILL_ONE ? " (one master killed)"
+                : kill_one == PAUSE_ONE ? " (one master paused)" : "", n, errs[0],
                 errs[1], errs[2], errs[3], errs[4]);
     cr_expect_eq(atomic_load(&sh->overlaps), 0, "%d overlapping critical sections",
                  atomic_load(&sh->overlaps));
@@ -585,12 +598,17 @@ static void run_workers(int kill_one)
 
 Test(redlock, processes_exclude)
 {
-    run_workers(0);
+    run_workers(KILL_NONE);
 }
 
 Test(redlock, one_master_killed)
 {
-    run_workers(1);
+    run_workers(KILL_ONE);
+}
+
+Test(redlock, one_master_paused)
+{
+    run_workers(PAUSE_ONE);
 }
 
 /* ----- a majority down ---------------------------------------------------------------------- */
