@@ -433,7 +433,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
     while (!atomic_load(&sh->stop)) {
         int phase = atomic_load(&sh->phase);
         int use_r = rec && (it++ % 2);
-        struct timespec dl = deadline_in(10000);
+        struct timespec dl = deadline_in(30000);
         int rc = use_r ? rs_rmutex_timedlock(r, &dl) : rs_mutex_timedlock(m, &dl);
         if (rc == 0 && use_r)
             rc = rs_rmutex_lock(r); /* re-entry */
@@ -471,6 +471,9 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
             snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "unlock %d: %s", rc,
                      rs_client_lasterror(c));
         }
+        /* some work between sections: Redlock has no FIFO order, and a process that locks
+         * again at once can win every time against waiters that must first be woken */
+        sleep_ms(2 + id);
     }
     rs_mutex_destroy(m);
     rs_rmutex_destroy(r);
