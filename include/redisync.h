@@ -78,7 +78,10 @@ typedef struct rs_config {
     const char *url;        /* redis://[[user]:password@]host[:port][/db],
                                unix:///path[?db=N],
                                redis-sentinel://[[user]:password@]host[:port][,...]/MASTER[?db=N],
-                               redis-cluster://[[user]:password@]host[:port][,...]
+                               redis-cluster://[[user]:password@]host[:port][,...],
+                               redlock://[[user]:password@]host[:port],host[:port],
+                               host[:port][,...][?db=N] (3 to 16 independent masters; mutex
+                               and rmutex only, no FIFO order)
                                (docs/deployments.md). NULL: $REDISYNC_URL, else
                                redis://127.0.0.1:6379 */
     const char *prefix;     /* key namespace, no braces; NULL: "rs" */
@@ -87,7 +90,8 @@ typedef struct rs_config {
                                fails with RS_ECONN; also the connect timeout. 0: 2000 */
     int  min_replicas;      /* > 0: confirm each acquisition (and renewal) with WAIT on
                                its own connection; a shortfall undoes the acquisition and
-                               returns RS_EREPL. 0..1000; see docs/deployments.md */
+                               returns RS_EREPL. 0..1000; see docs/deployments.md.
+                               Not with redlock:// (EINVAL) */
     long replica_timeout_ms;/* WAIT's timeout; 0: 500 */
     unsigned max_waiters;   /* cap of one name's waiter queue; 0: 100000 */
     void (*on_lost)(const char *kind, const char *name, void *arg);
@@ -106,7 +110,8 @@ RS_API void rs_config_init(rs_config_t *cfg);
  * (getrandom), connects once to check the address and credentials (AUTH, SELECT).
  * cfg may be NULL (all defaults). On failure *out is NULL and rs_client_lasterror(NULL)
  * says why. Errors: EINVAL (bad URL or config), RS_ECONN, RS_ESERVER (e.g. bad password),
- * ENOMEM. Blocks for at most timeout_ms. */
+ * ENOMEM. Blocks for at most timeout_ms. Under redlock:// a quorum (N/2+1) of the masters
+ * must be reachable; fewer is RS_ECONN. */
 RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg);
 
 /* Closes the client: blocked calls on it return ECANCELED, holds it still has are released
@@ -130,6 +135,11 @@ RS_API const char *rs_version(void);
 
 /* ---------------------------------------------------------------------------------------
  * Mutex: error-checking, not reentrant (PTHREAD_MUTEX_ERRORCHECK semantics).
+ *
+ * Under redlock:// every call goes to all masters at once and counts by quorum: a free mutex
+ * goes to whoever asks first (no FIFO order: a waiter is woken by a release and competes
+ * again; trylock takes a free mutex even while others wait), and a call that a quorum does
+ * not answer is retried until timeout_ms, then RS_ECONN. docs/deployments.md, "Redlock".
  * ------------------------------------------------------------------------------------- */
 typedef struct rs_mutex rs_mutex_t;
 
@@ -156,7 +166,9 @@ RS_API int rs_mutex_timedlock(rs_mutex_t *m, const struct timespec *abstime);
 RS_API int rs_mutex_unlock(rs_mutex_t *m);
 
 /* Fencing token of the calling thread's hold, 0 if none. Every later hold of the same name
- * gets a larger token (see the README for the limits). */
+ * gets a larger token (see the README for the limits). Under redlock:// it is the largest
+ * token among the masters that granted the hold; docs/deployments.md ("Fencing under
+ * Redlock") says when a later token can still be smaller. */
 RS_API uint64_t rs_mutex_fence(const rs_mutex_t *m);
 
 /* Milliseconds of lease left on the calling thread's hold as last confirmed by Redis;
@@ -191,7 +203,7 @@ RS_API int rs_rmutex_destroy(rs_rmutex_t *m);
  * a thread that already holds it re-enters at once whatever is queued. Downgrade: a writer
  * may take the read lock, then unlock (dropping the write hold) and keep reading. Upgrade
  * (read to write) is always EDEADLK. A waiting writer blocks new readers (no starvation).
- * Each reader's hold is its own lease.
+ * Each reader's hold is its own lease. Not offered under redlock://: init returns ENOTSUP.
  * ------------------------------------------------------------------------------------- */
 typedef struct rs_rwlock rs_rwlock_t;
 RS_API int rs_rwlock_init(rs_rwlock_t **rw, rs_client_t *c, const char *name);
@@ -209,7 +221,8 @@ RS_API int rs_rwlock_destroy(rs_rwlock_t *rw);
 /* ---------------------------------------------------------------------------------------
  * Semaphore with leased permits. A permit is a lease held by the taking thread and renewed
  * by the watchdog; a crashed holder's permits come back when their leases run out. Never
- * more permits taken than the size; waiters are served in order.
+ * more permits taken than the size; waiters are served in order. Not offered under
+ * redlock://: init returns ENOTSUP.
  * ------------------------------------------------------------------------------------- */
 typedef struct rs_sem rs_sem_t;
 /* Creates the semaphore with `permits` if it does not exist (0: attach only, ENOENT if
@@ -231,6 +244,7 @@ RS_API int rs_sem_destroy(rs_sem_t *s);
 /* ---------------------------------------------------------------------------------------
  * Countdown latch. Opening (count reaching 0) wakes every waiting client with one publish;
  * an opened latch stays open (a late init cannot close it), rs_latch_rearm is the only way.
+ * Not offered under redlock://: init returns ENOTSUP.
  * ------------------------------------------------------------------------------------- */
 typedef struct rs_latch rs_latch_t;
 /* Arms the latch with `count` if it has never been armed; count 0 only attaches. */

@@ -198,7 +198,8 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     cond_init_mono(&c->wd.cv);
     pthread_mutex_init(&c->nt.mu, NULL);
     cond_init_mono(&c->nt.cv);
-    c->nt.fd = -1;
+    for (int i = 0; i < RS_SEEDS_MAX; i++)
+        c->nt.link[i].fd = -1;
 
     const char *url = cfg.url ? cfg.url : getenv("REDISYNC_URL");
     if (!url || (!cfg.url && !*url))
@@ -242,13 +243,26 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     snprintf(c->channel, cplen + sizeof c->public_id, "%s%s", c->channel_prefix, c->public_id);
 
     /* connect once: a wrong address or password is reported now */
-    if (c->ep.mode == RS_MODE_CLUSTER)
-        rs__cluster_init(c);
-    rs_conn_t *k;
-    rc = rs__conn_get(c, rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS, &k);
-    if (rc)
-        goto fail;
-    rs__conn_put(c, k, 0);
+    if (c->ep.mode == RS_MODE_REDLOCK) {
+        if (c->min_replicas > 0) {
+            /* WAIT per master could be done, but a Redlock master is meant to stand alone;
+             * accepting and ignoring it would promise what is not done */
+            rc = rs__fail(NULL, EINVAL, "min_replicas is not supported with redlock:// (each "
+                                        "master stands alone; see docs/deployments.md)");
+            goto fail;
+        }
+        rc = rs__rl_open(c); /* a quorum of the masters, each tried once per round */
+        if (rc)
+            goto fail;
+    } else {
+        if (c->ep.mode == RS_MODE_CLUSTER)
+            rs__cluster_init(c);
+        rs_conn_t *k;
+        rc = rs__conn_get(c, rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS, &k);
+        if (rc)
+            goto fail;
+        rs__conn_put(c, k, 0);
+    }
     if (c->ep.mode == RS_MODE_CLUSTER && (rc = rs__cluster_refresh(c, 1, c->timeout_ms)) != 0)
         goto fail;
     rc = rs__topo_start(c);

@@ -157,10 +157,77 @@ int rs__conn_connect(rs_client_t *c, uint64_t deadline_ns, long io_timeout_ms, r
     return rs__conn_connect_to(c, -1, deadline_ns, io_timeout_ms, out);
 }
 
+/* One connection attempt to target (see rs__topo_target) within ct ms. 0 with *out set; -1:
+ * failed in a way worth retrying (last says why); else a final error code (bad password...). */
+static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_ms,
+                           rs_node_t *node, char *last, size_t lastlen, redisContext **out)
+{
+    const rs_endpoint_t *ep = &c->ep;
+    redisContext *ctx = NULL;
+    *out = NULL;
+    if (ep->unix_socket)
+        ctx = redisConnectUnixWithTimeout(ep->path, ms_tv(ct));
+    else if (rs__topo_target(c, target, ct, node, last, lastlen) == 0)
+        ctx = redisConnectWithTimeout(node->host, node->port, ms_tv(ct));
+    else
+        return -1; /* no sentinel answered: last says why */
+    if (!ctx)
+        return rs__fail(c, ENOMEM, "out of memory connecting to Redis");
+    if (ctx->err) {
+        snprintf(last, lastlen, "%s", ctx->errstr);
+        redisFree(ctx);
+        return -1;
+    }
+    fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
+    if (!ep->unix_socket) {
+        int one = 1;
+        setsockopt(ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+    /* the handshake is bounded even for connections that later block forever (the
+     * subscriber): a stalled server must not wedge a connect */
+    redisSetTimeout(ctx, ms_tv(ct));
+    int transient = 0;
+    int rc = handshake(c, ctx, ep->unix_socket ? ep->path : node->host, &transient);
+    if (rc == 0 && !ep->unix_socket) {
+        rc = rs__topo_check(c, ctx, node, last, lastlen);
+        if (rc == RS_ECONN)
+            transient = 1, rc = -1; /* not the master (yet): ask again */
+    }
+    if (rc == 0) {
+        redisSetTimeout(ctx, ms_tv(io_timeout_ms > 0 ? io_timeout_ms : 0));
+        *out = ctx;
+        return 0;
+    }
+    redisFree(ctx);
+    if (rc != RS_ECONN && rc != -1 && !transient)
+        return rc;
+    if (rc != -1)
+        snprintf(last, lastlen, "%s", rc == RS_ECONN ? "connection dropped" : "server loading");
+    return -1;
+}
+
+static int unreachable(rs_client_t *c, const rs_node_t *node, const char *last)
+{
+    const rs_endpoint_t *ep = &c->ep;
+    if (ep->unix_socket)
+        return rs__fail(c, RS_ECONN, "cannot reach Redis at unix:%s within %ld ms: %s", ep->path,
+                        c->timeout_ms, last);
+    if (ep->mode == RS_MODE_CLUSTER)
+        return rs__fail(c, RS_ECONN, "cannot reach cluster node %s:%d within %ld ms: %s",
+                        node->host, node->port, c->timeout_ms, last);
+    if (ep->mode == RS_MODE_REDLOCK)
+        return rs__fail(c, RS_ECONN, "cannot reach redlock master %s:%d: %s", node->host,
+                        node->port, last);
+    if (ep->mode == RS_MODE_SENTINEL)
+        return rs__fail(c, RS_ECONN, "cannot reach master \"%s\" through %d sentinel(s) within "
+                        "%ld ms: %s", ep->master, ep->nseeds, c->timeout_ms, last);
+    return rs__fail(c, RS_ECONN, "cannot reach Redis at %s:%d within %ld ms: %s", ep->host,
+                    ep->port, c->timeout_ms, last);
+}
+
 int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long io_timeout_ms,
                         redisContext **out)
 {
-    const rs_endpoint_t *ep = &c->ep;
     uint64_t backoff_ms = 5;
     char last[200] = "timed out";
     rs_node_t node = {"?", 0};
@@ -173,47 +240,9 @@ int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long i
         if (left_ms < 1)
             left_ms = 1;
         long ct = left_ms < c->timeout_ms ? left_ms : c->timeout_ms;
-        redisContext *ctx = NULL;
-        if (ep->unix_socket)
-            ctx = redisConnectUnixWithTimeout(ep->path, ms_tv(ct));
-        else if (rs__topo_target(c, target, ct, &node, last, sizeof last) == 0)
-            ctx = redisConnectWithTimeout(node.host, node.port, ms_tv(ct));
-        else
-            goto retry; /* no sentinel answered: last says why */
-        if (!ctx)
-            return rs__fail(c, ENOMEM, "out of memory connecting to Redis");
-        if (ctx->err) {
-            snprintf(last, sizeof last, "%s", ctx->errstr);
-            redisFree(ctx);
-        } else {
-            fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
-            if (!ep->unix_socket) {
-                int one = 1;
-                setsockopt(ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            }
-            /* the handshake is bounded even for connections that later block forever (the
-             * subscriber): a stalled server must not wedge a connect */
-            redisSetTimeout(ctx, ms_tv(ct));
-            int transient = 0;
-            int rc = handshake(c, ctx, ep->unix_socket ? ep->path : node.host, &transient);
-            if (rc == 0 && !ep->unix_socket) {
-                rc = rs__topo_check(c, ctx, &node, last, sizeof last);
-                if (rc == RS_ECONN)
-                    transient = 1, rc = -1; /* not the master (yet): ask again */
-            }
-            if (rc == 0) {
-                redisSetTimeout(ctx, ms_tv(io_timeout_ms > 0 ? io_timeout_ms : 0));
-                *out = ctx;
-                return 0;
-            }
-            redisFree(ctx);
-            if (rc != RS_ECONN && !transient)
-                return rc;
-            if (rc != -1)
-                snprintf(last, sizeof last, "%s",
-                         rc == RS_ECONN ? "connection dropped" : "server loading");
-        }
-    retry:
+        int rc = connect_attempt(c, target, ct, io_timeout_ms, &node, last, sizeof last, out);
+        if (rc != -1)
+            return rc;
         now = rs__now_ns();
         if (now >= deadline_ns)
             break;
@@ -224,17 +253,52 @@ int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long i
         if (backoff_ms < 100)
             backoff_ms *= 2;
     }
-    if (ep->unix_socket)
-        return rs__fail(c, RS_ECONN, "cannot reach Redis at unix:%s within %ld ms: %s", ep->path,
-                        c->timeout_ms, last);
-    if (ep->mode == RS_MODE_CLUSTER)
-        return rs__fail(c, RS_ECONN, "cannot reach cluster node %s:%d within %ld ms: %s",
-                        node.host, node.port, c->timeout_ms, last);
-    if (ep->mode == RS_MODE_SENTINEL)
-        return rs__fail(c, RS_ECONN, "cannot reach master \"%s\" through %d sentinel(s) within "
-                        "%ld ms: %s", ep->master, ep->nseeds, c->timeout_ms, last);
-    return rs__fail(c, RS_ECONN, "cannot reach Redis at %s:%d within %ld ms: %s", ep->host,
-                    ep->port, c->timeout_ms, last);
+    return unreachable(c, &node, last);
+}
+
+int rs__conn_connect_once(rs_client_t *c, int node, long budget_ms, long io_timeout_ms,
+                          redisContext **out)
+{
+    char last[200] = "timed out";
+    rs_node_t where = {"?", 0};
+    int rc = connect_attempt(c, node, budget_ms > 0 ? budget_ms : 1, io_timeout_ms, &where, last,
+                             sizeof last, out);
+    return rc == -1 ? unreachable(c, &where, last) : rc;
+}
+
+rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node)
+{
+    pthread_mutex_lock(&c->pool_mu);
+    rs_conn_t **p = &c->idle;
+    while (*p && (*p)->node != node)
+        p = &(*p)->next;
+    rs_conn_t *k = *p;
+    if (k) {
+        *p = k->next;
+        c->nidle--;
+    }
+    pthread_mutex_unlock(&c->pool_mu);
+    return k;
+}
+
+int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
+{
+    rs_conn_t *k = rs__conn_take_idle(c, node);
+    *out = k;
+    if (k)
+        return 0;
+    k = calloc(1, sizeof *k);
+    if (!k)
+        return rs__fail(c, ENOMEM, "out of memory");
+    k->gen = rs__topo_gen(c);
+    k->node = node;
+    int rc = rs__conn_connect_once(c, node, budget_ms, c->timeout_ms, &k->ctx);
+    if (rc != 0) {
+        free(k);
+        return rc;
+    }
+    *out = k;
+    return 0;
 }
 
 int rs__conn_get(rs_client_t *c, uint64_t deadline_ns, rs_conn_t **out)
@@ -245,7 +309,7 @@ int rs__conn_get(rs_client_t *c, uint64_t deadline_ns, rs_conn_t **out)
 int rs__conn_get_node(rs_client_t *c, int node, uint64_t deadline_ns, rs_conn_t **out)
 {
     unsigned gen = rs__topo_gen(c);
-    if (c->ep.mode != RS_MODE_CLUSTER)
+    if (c->ep.mode != RS_MODE_CLUSTER && c->ep.mode != RS_MODE_REDLOCK)
         node = -1;
     for (;;) {
         pthread_mutex_lock(&c->pool_mu);
@@ -287,7 +351,10 @@ void rs__conn_put(rs_client_t *c, rs_conn_t *k, int broken)
         return;
     if (!broken && k->ctx && !k->ctx->err && k->gen == rs__topo_gen(c)) {
         pthread_mutex_lock(&c->pool_mu);
-        if (c->nidle < RS_POOL_IDLE_MAX * (c->ep.mode == RS_MODE_CLUSTER ? 4 : 1)) {
+        int cap = RS_POOL_IDLE_MAX * (c->ep.mode == RS_MODE_CLUSTER   ? 4
+                                      : c->ep.mode == RS_MODE_REDLOCK ? c->ep.nseeds
+                                                                      : 1);
+        if (c->nidle < cap) {
             k->next = c->idle;
             c->idle = k;
             c->nidle++;

@@ -26,6 +26,11 @@
  * (rs__eval_confirm); a grant that too few replicas acknowledged is released again and the
  * call fails with RS_EREPL. A grant announced by a wake-up message is not trusted then: the
  * waiter asks again ("acq" answers "already yours"), and that call is what WAIT confirms.
+ *
+ * Under Redlock (lib/redlock.c) the same calls go to every master at once: rs__acquire uses
+ * redlock.c's operations instead of the generic ones, the mode argument carries an "r" (no
+ * handoff on any master), and a hold's lease carries its token so that renewals and the
+ * release raise every master's fencing counter to it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,7 +252,10 @@ void rs__call_argv(const rs_call_t *k, const char *op, const char *mode, rs_argv
     rs__argv_ref(v, k->acqid, k->acqlen);
     rs__argv_str(v, k->lease);
     rs__argv_str(v, h->c->channel_prefix);
-    rs__argv_str(v, mode ? mode : "t");
+    if (h->c->ep.mode == RS_MODE_REDLOCK)
+        rs__argv_fmt(v, "%sr", mode ? mode : "t"); /* one master of several: no handoff */
+    else
+        rs__argv_str(v, mode ? mode : "t");
     rs__argv_str(v, k->maxw);
     rs__argv_str(v, k->lease); /* a queue entry lives as long as a hold */
     for (int i = 0; i < k->nextra; i++)
@@ -407,6 +415,8 @@ void rs__hold_granted(const rs_call_t *k, rs_hold_t *hold, uint64_t fence, long 
     memcpy(hold->acqid, k->acqid, k->acqlen + 1);
     hold->fence = fence;
     hold->count = 1;
+    if (k->h->c->ep.mode == RS_MODE_REDLOCK) /* renewals and the release raise the counters */
+        snprintf(hold->lease->fence, sizeof hold->lease->fence, "%llu", (unsigned long long)fence);
     rs__watch_add(k->h->c, hold->lease, sent_ns, ttl_ms);
 }
 
@@ -427,7 +437,8 @@ int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out)
     if (rs__hold_new(k, &hold) != 0)
         return ENOMEM;
     rs_attempt_t at;
-    int rc = rs__wait_acquire(c, &generic_ops, k, k->acqid, try_only, deadline, &at);
+    const rs_acquire_ops_t *ops = c->ep.mode == RS_MODE_REDLOCK ? &rs__rl_ops : &generic_ops;
+    int rc = rs__wait_acquire(c, ops, k, k->acqid, try_only, deadline, &at);
     if (rc == 0 && at.granted) {
         rs__hold_granted(k, hold, at.fence, at.ttl_ms, at.sent_ns);
         *out = hold;
@@ -457,8 +468,19 @@ int rs__release(rs_handle_t *h, rs_hold_t *hold, const char *op)
     int lost = rs__lease_is_lost(c, hold->lease);
     /* sent even when lost locally: if Redis still has it under our id, it is freed */
     redisReply *r = NULL;
-    int rc = rs__lease_call(c, hold->lease, op, &r);
-    if (rc == 0) {
+    int rc;
+    if (c->ep.mode == RS_MODE_REDLOCK) {
+        /* lost when more masters deny it than a quorum could spare */
+        rs_rl_tally_t t;
+        rc = rs__rl_lease_int(c, hold->lease, op, &t);
+        if (rc == 0 && t.zero > c->ep.nseeds - rs__rl_quorum(c) && !lost) {
+            rs__lease_set_lost(c, hold->lease);
+            lost = 1;
+        }
+    } else {
+        rc = rs__lease_call(c, hold->lease, op, &r);
+    }
+    if (rc == 0 && r) {
         if (r->type == REDIS_REPLY_INTEGER && r->integer == 0 && !lost) {
             rs__lease_set_lost(c, hold->lease);
             lost = 1;

@@ -6,6 +6,7 @@
  *   url.c       URL parsing into rs_endpoint_t
  *   topology.c  where to connect (the URL's server, or the master the sentinels name)
  *   cluster.c   the Redis Cluster slot map: which master serves a key
+ *   redlock.c   redlock://: every call on all masters at once, decided by quorum
  *   keys.c      key and channel names (hash tags, escaping)
  *   conn.c      hiredis connections: connect, AUTH/SELECT, pool, SIGPIPE, close-on-exec
  *   script.c    EVALSHA with SCRIPT LOAD on NOSCRIPT, retries within timeout_ms, error mapping
@@ -67,6 +68,7 @@ void rs__argv_fmt(rs_argv_t *a, const char *fmt, ...) __attribute__((format(prin
 #define RS_MODE_SINGLE 0   /* redis:// or unix:// : one server */
 #define RS_MODE_SENTINEL 1 /* redis-sentinel:// : the master that the sentinels name */
 #define RS_MODE_CLUSTER 2  /* redis-cluster:// : the master that owns the key's slot */
+#define RS_MODE_REDLOCK 3  /* redlock:// : every call on all N independent masters (redlock.c) */
 #define RS_SEEDS_MAX 16
 typedef struct rs_node {
     char host[256];
@@ -77,7 +79,8 @@ typedef struct rs_endpoint {
     int unix_socket;   /* 1: path is a unix socket */
     char host[256];    /* single mode: the server */
     int port;
-    int nseeds;        /* sentinel: the sentinels to ask; cluster: nodes to ask for the map */
+    int nseeds;        /* sentinel: the sentinels to ask; cluster: nodes to ask for the map;
+                          redlock: the masters (node i of redlock.c is seeds[i]) */
     rs_node_t seeds[RS_SEEDS_MAX];
     char master[128];  /* sentinel mode: the monitored master's name */
     char path[108];
@@ -148,6 +151,14 @@ int rs__conn_connect_to(rs_client_t *c, int node, uint64_t deadline_ns, long io_
 int rs__conn_get(rs_client_t *c, uint64_t deadline_ns, rs_conn_t **out);
 int rs__conn_get_node(rs_client_t *c, int node, uint64_t deadline_ns, rs_conn_t **out);
 void rs__conn_put(rs_client_t *c, rs_conn_t *k, int broken);
+/* One connection attempt (no retry) to node, connect and handshake within budget_ms: for
+ * Redlock, where a master that is down must cost one refused connect, not timeout_ms. */
+int rs__conn_connect_once(rs_client_t *c, int node, long budget_ms, long io_timeout_ms,
+                          redisContext **out);
+/* A pooled connection to node, or one attempt at a new one (rs__conn_connect_once). */
+int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out);
+/* An idle pooled connection to node (exactly), or NULL. */
+rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node);
 void rs__conn_pool_free(rs_client_t *c);
 /* One command on ctx with SIGPIPE held off. 0 with *out set (possibly an error reply), or
  * RS_ECONN when the connection failed (the context is then unusable). */
@@ -189,6 +200,8 @@ int rs__script_load(rs_client_t *c, redisContext *ctx, const rs_script_t *s);
 /* Maps an error reply to a code and records its text. */
 int rs__reply_error(rs_client_t *c, const redisReply *r);
 int rs__is_noscript(const redisReply *r);
+/* LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN: wait and send again. */
+int rs__is_transient(const redisReply *r);
 
 /* ----- keys.c ------------------------------------------------------------------------ */
 /* "PREFIX:{NAME}:KIND" with NAME escaped so its hash tag is never empty. Returns a malloc'd
@@ -246,6 +259,8 @@ struct rs_lease {
     const char *renew_op, *release_op;
     long lease_ms;
     struct rs_waiter *waiter; /* set for queue entries */
+    char fence[24];          /* Redlock: the hold's token, sent with renew and release (set
+                                before rs__watch_add, then read-only) */
     const char *kind;
     char *name;
     /* watchdog state, under the watchdog mutex */
@@ -260,7 +275,11 @@ struct rs_lease {
 rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                           const char *renew_op, const char *release_op, long lease_ms,
                           const char *kind, const char *name, size_t namelen);
-/* Runs the lease's script with op (e.g. its release_op) through rs__eval. */
+/* The lease's call with op: keys, op, arguments (and under Redlock, when l->fence is set,
+ * "" and the fence as ARGV[9] and ARGV[10]). */
+void rs__lease_argv(const rs_lease_t *l, const char *op, rs_argv_t *out);
+/* Runs the lease's script with op (e.g. its release_op) through rs__eval; under Redlock on
+ * every master (rs__rl_lease_int), with *out NULL. */
 int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out);
 void rs__lease_unref(rs_lease_t *l);
 /* Registers l: Redis confirmed it with ttl_ms left by a call sent at sent_ns. */
@@ -344,6 +363,33 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
  * also lets it refresh what it watches). 0, ETIMEDOUT at deadline_ns, or the error. */
 int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), void *ctx,
                    long recheck_ms, uint64_t deadline_ns);
+
+/* ----- redlock.c --------------------------------------------------------------------- */
+int rs__rl_quorum(const rs_client_t *c); /* N/2 + 1 */
+/* At open: a quorum of the masters reachable (and none refusing AUTH/SELECT) within
+ * timeout_ms. 0, RS_ECONN, RS_ESERVER. */
+int rs__rl_open(rs_client_t *c);
+/* What the masters answered to a call whose reply is an integer. */
+typedef struct rs_rl_tally {
+    int answered;  /* masters that answered with an integer */
+    int pos;       /* ... >= 1 (renewed, released, the new count) */
+    int zero;      /* ... 0 (not ours there) */
+    long long max;
+} rs_rl_tally_t;
+/* Runs the call on every master at once; masters that did not answer are asked again until
+ * a quorum has answered or timeout_ms has passed. 0 (a quorum answered: see t), RS_ECONN,
+ * or the error a master answered with when no quorum answered otherwise. */
+int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                    long lease_ms, rs_rl_tally_t *t);
+int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_t *t);
+/* The watchdog's round under Redlock: res[i] as run_round's (1 renewed on a quorum, 0 denied
+ * by more than N - quorum masters, 2 a queue entry found granted, -1 no answer). */
+void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent);
+/* rs__wait_acquire's operations under Redlock (ctx: the rs_call_t). */
+extern const rs_acquire_ops_t rs__rl_ops;
+/* 0, or ENOTSUP with a message when the client is in Redlock mode: for the primitives that
+ * cannot be offered there (why: the primitive's own words). */
+int rs__rl_refuse(rs_client_t *c, const char *kind, const char *why);
 
 /* ----- primitives -------------------------------------------------------------------- */
 /* What inspection needs to know of a primitive kind: its script and keys. Each primitive
@@ -516,6 +562,12 @@ struct rs_client {
         uint8_t slot[16384];           /* node index + 1; 0: unknown */
     } cl;
 
+    /* Redlock (redlock.c): a master whose connect failed or hung is not dialled again
+     * before this (monotonic ns) while the others can make a quorum without it */
+    struct {
+        _Atomic uint64_t down_until[RS_SEEDS_MAX];
+    } rl;
+
     /* connection pool (conn.c) */
     pthread_mutex_t pool_mu;
     rs_conn_t *idle;
@@ -539,11 +591,19 @@ struct rs_client {
     struct {
         pthread_mutex_t mu;
         pthread_cond_t cv;     /* subscription state changes */
-        pthread_t thread;
-        int started, stop, subscribed, failed;
-        int fd;                /* the subscriber socket, for shutdown() on close */
-        redisContext *ctx;     /* the subscriber connection (freed by a fork child) */
-        unsigned conn_gen;     /* topology generation of its connection */
+        int started, stop, failed;
+        int nlinks;            /* subscriber connections: 1, or one per master (Redlock) */
+        int nsubscribed;       /* links subscribed to the client's channel now */
+        struct rs_nt_link {
+            rs_client_t *c;
+            int node;          /* -1: where topology.c says; Redlock: the master's number */
+            pthread_t thread;
+            int started;
+            int subscribed;
+            int fd;            /* the subscriber socket, for shutdown() on close */
+            redisContext *ctx; /* the subscriber connection (freed by a fork child) */
+            unsigned conn_gen; /* topology generation of its connection */
+        } link[RS_SEEDS_MAX];
         uint64_t generation;   /* bumps on every (re)subscription */
         rs_waiter_t *head;
         struct rs_watch *watches; /* extra channels (latches) */

@@ -16,6 +16,11 @@
  * When the master moves (topology.c), rs__notify_topology shuts the subscriber's socket
  * down so that the thread reconnects to the new master; the usual retry-all follows.
  *
+ * Under Redlock the client has one subscriber connection and thread per master ("links",
+ * all subscribed to the same channels): a release on any master publishes "ACQID retry" to
+ * its head waiter. A waiter registers once a quorum of links is subscribed (fewer could not
+ * grant it anyway), and any link that (re)subscribes makes every waiter retry.
+ *
  * Events that concern everyone (a latch opening) go to a channel of their own: a waiter
  * watches it (rs__notify_watch: subscribed on demand, reference-counted, re-subscribed after
  * a reconnect) and registers with that channel as its topic; one message wakes every local
@@ -71,11 +76,13 @@ static void dispatch_topic(rs_client_t *c, const char *channel)
 }
 
 /* Subscription confirmations, for our own channel and for watched ones. */
-static void confirmed(rs_client_t *c, const char *channel)
+static void confirmed(rs_client_t *c, struct rs_nt_link *lk, const char *channel)
 {
     pthread_mutex_lock(&c->nt.mu);
     if (strcmp(channel, c->channel) == 0) {
-        c->nt.subscribed = 1;
+        if (!lk->subscribed)
+            c->nt.nsubscribed++;
+        lk->subscribed = 1;
         c->nt.failed = 0;
         c->nt.generation++;
         /* whatever was published while we were away is lost: everyone retries */
@@ -90,8 +97,8 @@ static void confirmed(rs_client_t *c, const char *channel)
     pthread_mutex_unlock(&c->nt.mu);
 }
 
-/* Writes a pub/sub command straight to the subscriber socket. nt.mu held, fd valid. */
-static void write_raw(rs_client_t *c, const char *cmd, const char *channel)
+/* Writes a pub/sub command straight to one subscriber socket. nt.mu held. */
+static void write_link(int fd, const char *cmd, const char *channel)
 {
     char *buf;
     size_t cl = strlen(cmd), hl = strlen(channel);
@@ -102,11 +109,18 @@ static void write_raw(rs_client_t *c, const char *cmd, const char *channel)
     rs__sigpipe_block(&old, &blocked);
     /* a short write only happens when the connection is failing; the reconnect that
      * follows subscribes every watch again */
-    if (write(c->nt.fd, buf, strlen(buf)) < 0 || write(c->nt.fd, channel, hl) < 0 ||
-        write(c->nt.fd, "\r\n", 2) < 0)
+    if (write(fd, buf, strlen(buf)) < 0 || write(fd, channel, hl) < 0 || write(fd, "\r\n", 2) < 0)
         rs__sigpipe_drain(blocked);
     rs__sigpipe_restore(&old);
     free(buf);
+}
+
+/* Writes a pub/sub command straight to every subscriber socket. nt.mu held. */
+static void write_raw(rs_client_t *c, const char *cmd, const char *channel)
+{
+    for (int i = 0; i < c->nt.nlinks; i++)
+        if (c->nt.link[i].fd >= 0)
+            write_link(c->nt.link[i].fd, cmd, channel);
 }
 
 static void dispatch(rs_client_t *c, const char *payload, size_t len)
@@ -139,7 +153,7 @@ static void dispatch(rs_client_t *c, const char *payload, size_t len)
 
 /* Sends SUBSCRIBE for our channel and every watched one, and publishes the socket for
  * rs__notify_watch. The confirmations arrive in the read loop. nt.mu held. */
-static int subscribe_locked(rs_client_t *c, redisContext *ctx)
+static int subscribe_locked(rs_client_t *c, struct rs_nt_link *lk, redisContext *ctx)
 {
     int n = 1;
     for (struct rs_watch *w = c->nt.watches; w; w = w->next) {
@@ -174,26 +188,28 @@ static int subscribe_locked(rs_client_t *c, redisContext *ctx)
     rs__sigpipe_restore(&old);
     if (!done)
         return RS_ECONN;
-    c->nt.fd = ctx->fd;
+    lk->fd = ctx->fd;
     return 0;
 }
 
 static void *notify_main(void *arg)
 {
-    rs_client_t *c = arg;
+    struct rs_nt_link *lk = arg;
+    rs_client_t *c = lk->c;
     uint64_t backoff_ms = 5;
     pthread_mutex_lock(&c->nt.mu);
     while (!c->nt.stop) {
         pthread_mutex_unlock(&c->nt.mu);
         redisContext *ctx = NULL;
         unsigned gen = rs__topo_gen(c);
-        int rc = rs__conn_connect(c, rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS, 0, &ctx);
+        int rc = rs__conn_connect_to(c, lk->node,
+                                     rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS, 0, &ctx);
         pthread_mutex_lock(&c->nt.mu);
-        c->nt.conn_gen = gen;
-        if (rc == 0 && !c->nt.stop && subscribe_locked(c, ctx) != 0)
+        lk->conn_gen = gen;
+        if (rc == 0 && !c->nt.stop && subscribe_locked(c, lk, ctx) != 0)
             rc = RS_ECONN;
         if (rc != 0 || c->nt.stop) {
-            c->nt.fd = -1;
+            lk->fd = -1;
             if (ctx)
                 redisFree(ctx);
             if (c->nt.stop)
@@ -208,7 +224,7 @@ static void *notify_main(void *arg)
             continue;
         }
         backoff_ms = 5;
-        c->nt.ctx = ctx;
+        lk->ctx = ctx;
         pthread_mutex_unlock(&c->nt.mu);
 
         for (;;) {
@@ -225,7 +241,7 @@ static void *notify_main(void *arg)
                     else
                         dispatch_topic(c, chan);
                 } else if (strcmp(kind, "subscribe") == 0) {
-                    confirmed(c, chan);
+                    confirmed(c, lk, chan);
                 }
             } else if (r->type == REDIS_REPLY_ERROR) {
                 /* e.g. NOPERM for the channel: waiters fail with the server's words */
@@ -239,9 +255,11 @@ static void *notify_main(void *arg)
         }
 
         pthread_mutex_lock(&c->nt.mu);
-        c->nt.subscribed = 0;
-        c->nt.fd = -1;
-        c->nt.ctx = NULL;
+        if (lk->subscribed)
+            c->nt.nsubscribed--;
+        lk->subscribed = 0;
+        lk->fd = -1;
+        lk->ctx = NULL;
         int stopping = c->nt.stop;
         pthread_mutex_unlock(&c->nt.mu);
         redisFree(ctx);
@@ -249,7 +267,9 @@ static void *notify_main(void *arg)
             rs__log(c, RS_LOG_INFO, "subscriber connection lost; reconnecting");
         pthread_mutex_lock(&c->nt.mu);
     }
-    c->nt.subscribed = 0;
+    if (lk->subscribed)
+        c->nt.nsubscribed--;
+    lk->subscribed = 0;
     pthread_cond_broadcast(&c->nt.cv);
     pthread_mutex_unlock(&c->nt.mu);
     return NULL;
@@ -267,23 +287,34 @@ int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char 
     pthread_condattr_destroy(&ca);
 
     pthread_mutex_lock(&c->nt.mu);
+    int redlock = c->ep.mode == RS_MODE_REDLOCK;
     if (!c->nt.started && !c->nt.stop) {
         sigset_t all, old;
         sigfillset(&all);
         pthread_sigmask(SIG_SETMASK, &all, &old);
-        int rc = pthread_create(&c->nt.thread, NULL, notify_main, c);
+        int n = redlock ? c->ep.nseeds : 1, rc = 0;
+        for (int i = 0; i < n && rc == 0; i++) {
+            struct rs_nt_link *lk = &c->nt.link[i];
+            lk->c = c;
+            lk->node = redlock ? i : -1;
+            rc = pthread_create(&lk->thread, NULL, notify_main, lk);
+            if (rc == 0)
+                lk->started = 1, c->nt.nlinks = i + 1;
+        }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        c->nt.started = c->nt.nlinks > 0; /* the links started are stopped at close */
         if (rc != 0) {
             pthread_mutex_unlock(&c->nt.mu);
             pthread_cond_destroy(&w->cv);
             return rs__fail(c, EAGAIN, "cannot start the notifier thread");
         }
-        c->nt.started = 1;
     }
-    /* Register only once subscribed: a wake-up for this acquisition can only be published
-     * after its first attempt, which is sent after we return. */
+    /* Register only once subscribed (under Redlock on a quorum of masters): a wake-up for
+     * this acquisition can only be published after its first attempt, which is sent after we
+     * return. */
+    int need = redlock ? rs__rl_quorum(c) : 1;
     uint64_t until = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
-    while (!c->nt.subscribed && !c->nt.stop && !atomic_load(&c->closing)) {
+    while (c->nt.nsubscribed < need && !c->nt.stop && !atomic_load(&c->closing)) {
         if (c->nt.error[0]) {
             int rc = rs__fail(c, RS_ESERVER, "SUBSCRIBE %s refused: %s", c->channel, c->nt.error);
             c->nt.error[0] = '\0';
@@ -294,6 +325,10 @@ int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char 
         if (rs__now_ns() >= until) {
             pthread_mutex_unlock(&c->nt.mu);
             pthread_cond_destroy(&w->cv);
+            if (redlock)
+                return rs__fail(c, RS_ECONN, "cannot subscribe to wake-ups on a quorum of "
+                                "redlock masters (%d of %d, a quorum is %d) within %ld ms",
+                                c->nt.nsubscribed, c->ep.nseeds, need, c->timeout_ms);
             return rs__fail(c, RS_ECONN, "cannot subscribe to wake-ups within %ld ms",
                             c->timeout_ms);
         }
@@ -368,22 +403,28 @@ void rs__notify_cancel_all(rs_client_t *c)
 void rs__notify_topology(rs_client_t *c)
 {
     pthread_mutex_lock(&c->nt.mu);
-    if (c->nt.fd >= 0 && c->nt.conn_gen != rs__topo_gen(c))
-        shutdown(c->nt.fd, SHUT_RDWR); /* the thread reconnects, to the current master */
+    for (int i = 0; i < c->nt.nlinks; i++) {
+        struct rs_nt_link *lk = &c->nt.link[i];
+        if (lk->fd >= 0 && lk->conn_gen != rs__topo_gen(c))
+            shutdown(lk->fd, SHUT_RDWR); /* the thread reconnects, to the current master */
+    }
     pthread_mutex_unlock(&c->nt.mu);
 }
 
 void rs__notify_stop(rs_client_t *c)
 {
     pthread_mutex_lock(&c->nt.mu);
-    int started = c->nt.started;
     c->nt.stop = 1;
-    if (c->nt.fd >= 0)
-        shutdown(c->nt.fd, SHUT_RDWR);
+    for (int i = 0; i < c->nt.nlinks; i++)
+        if (c->nt.link[i].fd >= 0)
+            shutdown(c->nt.link[i].fd, SHUT_RDWR);
     pthread_cond_broadcast(&c->nt.cv);
     pthread_mutex_unlock(&c->nt.mu);
-    if (started)
-        pthread_join(c->nt.thread, NULL);
+    for (int i = 0; i < c->nt.nlinks; i++)
+        if (c->nt.link[i].started) {
+            pthread_join(c->nt.link[i].thread, NULL);
+            c->nt.link[i].started = 0;
+        }
     c->nt.started = 0;
     while (c->nt.watches) {
         struct rs_watch *w = c->nt.watches;
@@ -410,8 +451,7 @@ int rs__notify_watch(rs_client_t *c, const char *channel)
         w->refs = 1;
         w->next = c->nt.watches;
         c->nt.watches = w;
-        if (c->nt.fd >= 0)
-            write_raw(c, "SUBSCRIBE", channel);
+        write_raw(c, "SUBSCRIBE", channel);
     }
     /* a message published before the confirmation would be missed: wait for it */
     uint64_t until = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
@@ -446,8 +486,7 @@ void rs__notify_unwatch(rs_client_t *c, const char *channel)
             continue;
         if (--w->refs == 0) {
             *p = w->next;
-            if (c->nt.fd >= 0)
-                write_raw(c, "UNSUBSCRIBE", channel);
+            write_raw(c, "UNSUBSCRIBE", channel);
             free(w->channel);
             free(w);
         }
@@ -460,10 +499,11 @@ void rs__notify_forget(rs_client_t *c)
 {
     /* in a child of fork(): the thread is gone; free its connection (closing our copy of
      * the socket does not disturb the parent's) and the watched channels */
-    if (c->nt.ctx) {
-        redisFree(c->nt.ctx);
-        c->nt.ctx = NULL;
-    }
+    for (int i = 0; i < c->nt.nlinks; i++)
+        if (c->nt.link[i].ctx) {
+            redisFree(c->nt.link[i].ctx);
+            c->nt.link[i].ctx = NULL;
+        }
     while (c->nt.watches) {
         struct rs_watch *w = c->nt.watches;
         c->nt.watches = w->next;

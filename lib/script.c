@@ -25,7 +25,7 @@ int rs__is_noscript(const redisReply *r)
     return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-static int is_transient(const redisReply *r)
+int rs__is_transient(const redisReply *r)
 {
     static const char *const codes[] = {"LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN",
                                         "CLUSTERDOWN"};
@@ -66,7 +66,7 @@ int rs__script_load(rs_client_t *c, redisContext *ctx, const rs_script_t *s)
         return RS_ECONN;
     int rc = 0;
     if (r->type == REDIS_REPLY_ERROR)
-        rc = is_transient(r) ? RS_ECONN : rs__fail(c, RS_ESERVER, "SCRIPT LOAD %s: %s", s->name, r->str);
+        rc = rs__is_transient(r) ? RS_ECONN : rs__fail(c, RS_ESERVER, "SCRIPT LOAD %s: %s", s->name, r->str);
     freeReplyObject(r);
     return rc;
 }
@@ -204,7 +204,7 @@ int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
             freeReplyObject(r);
             rs__topo_changed(c);
             rs__conn_put(c, k, 1);
-        } else if (is_transient(r)) {
+        } else if (rs__is_transient(r)) {
             snprintf(why, sizeof why, "%.150s", r->str);
             freeReplyObject(r);
             rs__conn_put(c, k, 0);

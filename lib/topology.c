@@ -14,6 +14,9 @@
  *   cluster  (redis-cluster://)    a node of cluster.c's table, chosen by the caller (the
  *                                  master of a key's slot) or in turn; nothing to check
  *                                  (MOVED/ASK replies redirect, see script.c).
+ *   redlock  (redlock://)          master number node of the URL (redlock.c talks to each
+ *                                  by number), or in turn for node < 0 (inspection reads
+ *                                  one master's view); nothing to check.
  *
  * The address a +switch-master announces is kept as a hint and tried before any sentinel is
  * asked: a sentinel that has not yet heard of the switch names the old master, which still
@@ -112,6 +115,16 @@ int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, c
             return 0;
         snprintf(why, whylen, "no such cluster node");
         return RS_ECONN;
+    }
+    if (ep->mode == RS_MODE_REDLOCK) {
+        if (node < 0)
+            node = (int)(atomic_fetch_add(&c->topo_next, 1) % (unsigned)ep->nseeds);
+        if (node >= ep->nseeds) {
+            snprintf(why, whylen, "no such redlock master");
+            return RS_ECONN;
+        }
+        *out = ep->seeds[node];
+        return 0;
     }
     if (ep->mode == RS_MODE_SINGLE) {
         snprintf(out->host, sizeof out->host, "%s", ep->host);

@@ -6,16 +6,21 @@
  *   redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[?db=N]
  *                                                  (sentinel port 26379 by default)
  *   redis-cluster://[[user]:password@]host[:port][,host[:port]...]   (database 0 only)
+ *   redlock://[[user]:password@]host[:port],host[:port],host[:port][,...][/][?db=N]
+ *                                                  (3 to RS_SEEDS_MAX distinct masters)
  *
  * User and password may be percent-encoded. Messages name the faulty part but never repeat
  * the password. In redis-sentinel URLs the credentials are for the data nodes (the master);
- * the sentinels are asked without them. redlock:// is recognised and refused with a clear
- * message until its topology layer exists.
+ * the sentinels are asked without them. In redlock URLs credentials and db apply to every
+ * master. Redlock needs at least three masters: with one or two, a quorum (N/2+1) is every
+ * master, so losing one stops all work and the mode buys nothing over redis:// (see
+ * docs/deployments.md); the same master listed twice would count twice towards a quorum.
  */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -282,6 +287,46 @@ static int parse_sentinel(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
     return 0;
 }
 
+static int parse_redlock(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
+{
+    /* [[user]:password@]host[:port],host[:port],host[:port][,...][/][?db=N] */
+    ep->mode = RS_MODE_REDLOCK;
+    const char *at = strrchr(rest, '@');
+    const char *hosts = rest;
+    if (at) {
+        int rc = parse_creds(c, rest, (size_t)(at - rest), ep);
+        if (rc)
+            return rc;
+        hosts = at + 1;
+    }
+    const char *end = hosts + strcspn(hosts, "/?#");
+    if (hosts == end)
+        return rs__fail(c, EINVAL, "bad URL: redlock:// needs the addresses of its masters "
+                                   "(redlock://host:port,host:port,host:port)");
+    int rc = parse_seeds(c, hosts, end, ep, "redlock master", 6379);
+    if (rc)
+        return rc;
+    if (ep->nseeds < 3)
+        return rs__fail(c, EINVAL, "bad URL: redlock:// needs at least 3 masters, got %d (with "
+                        "fewer, one master down stops every lock: use redis:// instead)",
+                        ep->nseeds);
+    for (int i = 0; i < ep->nseeds; i++)
+        for (int j = 0; j < i; j++)
+            if (ep->seeds[i].port == ep->seeds[j].port &&
+                strcasecmp(ep->seeds[i].host, ep->seeds[j].host) == 0)
+                return rs__fail(c, EINVAL, "bad URL: redlock master %s:%d is listed twice (it "
+                                "would count twice towards the quorum)", ep->seeds[i].host,
+                                ep->seeds[i].port);
+    if (*end == '/')
+        end++;
+    if (*end == '?')
+        return parse_db_query(c, end + 1, ep);
+    if (*end != '\0')
+        return rs__fail(c, EINVAL, "bad URL: unexpected \"%s\" at the end (redlock:// takes "
+                        "only ?db=N after the masters)", end);
+    return 0;
+}
+
 int rs__url_parse(rs_client_t *c, const char *url, rs_endpoint_t *ep)
 {
     memset(ep, 0, sizeof *ep);
@@ -301,8 +346,7 @@ int rs__url_parse(rs_client_t *c, const char *url, rs_endpoint_t *ep)
     if (slen == 13 && strncmp(url, "redis-cluster", 13) == 0)
         return parse_cluster(c, rest, ep);
     if (slen == 7 && strncmp(url, "redlock", 7) == 0)
-        return rs__fail(c, EINVAL, "bad URL: scheme %.*s:// is not supported by this version",
-                        (int)slen, url);
+        return parse_redlock(c, rest, ep);
     return rs__fail(c, EINVAL, "bad URL: unknown scheme \"%.*s\" (expected redis:// or unix://)",
                     (int)(slen > 32 ? 32 : slen), url);
 }

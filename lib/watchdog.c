@@ -16,7 +16,8 @@
  * the next round, soon, goes to the right node). Under Sentinel a READONLY/MASTERDOWN reply
  * or a broken connection makes the next round reconnect to the current master
  * (topology.c); renewals are not confirmed with WAIT (a renewal lost in a failover costs
- * at most the rest of the lease, which the new master still counts down).
+ * at most the rest of the lease, which the new master still counts down). Under Redlock the
+ * round goes to every master at once and counts by quorum (redlock.c, rs__rl_renew_round).
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -92,7 +93,7 @@ void rs__lease_unref(rs_lease_t *l)
 
 /* The lease's call with op put in front of its arguments; keys come first in Redis's
  * order, so the op is moved after them. */
-static void lease_argv(const rs_lease_t *l, const char *op, rs_argv_t *out)
+void rs__lease_argv(const rs_lease_t *l, const char *op, rs_argv_t *out)
 {
     rs__argv_init(out);
     for (int i = 1; i <= l->nkeys; i++)
@@ -100,12 +101,21 @@ static void lease_argv(const rs_lease_t *l, const char *op, rs_argv_t *out)
     rs__argv_str(out, op);
     for (int i = l->nkeys + 1; i < l->args.n; i++)
         rs__argv_ref(out, l->args.v[i], l->args.len[i]);
+    if (l->fence[0]) {
+        rs__argv_ref(out, "", 0);
+        rs__argv_str(out, l->fence);
+    }
 }
 
 int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out)
 {
+    if (c->ep.mode == RS_MODE_REDLOCK) {
+        rs_rl_tally_t t;
+        *out = NULL;
+        return rs__rl_lease_int(c, l, op, &t);
+    }
     rs_argv_t a;
-    lease_argv(l, op, &a);
+    rs__lease_argv(l, op, &a);
     return rs__eval(c, l->script, l->nkeys, &a, out);
 }
 
@@ -323,7 +333,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
             if (res[i] != -1)
                 continue;
             rs_argv_t a, av;
-            lease_argv(batch[i], batch[i]->renew_op, &a);
+            rs__lease_argv(batch[i], batch[i]->renew_op, &a);
             rs__evalsha_argv(batch[i]->script, batch[i]->nkeys, &a, &av);
             if (rs__ctx_append(*ctxp, av.n, av.v, av.len) != 0)
                 goto broken;
@@ -395,6 +405,10 @@ done:
  * of the first group (the earliest, so local deadlines stay on the safe side). */
 static void run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent)
 {
+    if (c->ep.mode == RS_MODE_REDLOCK) {
+        rs__rl_renew_round(c, batch, res, n, sent); /* every master at once, by quorum */
+        return;
+    }
     if (c->ep.mode != RS_MODE_CLUSTER) {
         run_round(c, &c->wd.ctx, -1, batch, res, n, sent);
         return;

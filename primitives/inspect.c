@@ -7,7 +7,9 @@
  * number of holds it dropped, so the calls here need nothing else of a primitive: they run
  * the op through a temporary handle (which builds the keys exactly as the primitive does).
  * rs_list walks the keyspace with SCAN (under Cluster on every master in turn) and
- * recognises a primitive by its main key, PREFIX:{NAME}:KIND.
+ * recognises a primitive by its main key, PREFIX:{NAME}:KIND. Under Redlock, "info" and the
+ * listing show one master's view (the next master in turn that answers), and "force" runs on
+ * every master.
  */
 #include <fnmatch.h>
 #include <stdio.h>
@@ -49,7 +51,19 @@ static int run_op(rs_client_t *c, const char *kind, const char *name, const char
     if (rc == 0) {
         rs_call_t call;
         rs__call_init(&call, &h, NULL);
-        rc = rs__call_run(&call, op, "t", out);
+        if (c->ep.mode == RS_MODE_REDLOCK && strcmp(op, "force") == 0) {
+            /* on every master; the holds dropped are counted on the master that dropped most */
+            rs_rl_tally_t t;
+            rs_argv_t v;
+            rs__call_argv(&call, op, "t", &v);
+            *out = NULL;
+            rc = rs__rl_call_int(c, h.script, h.nkeys, &v, c->lease_ms, &t);
+            if (rc == 0)
+                rs__log(c, RS_LOG_WARN, "force release of %s \"%s\": %lld hold(s) dropped on "
+                        "%d of %d redlock masters", kind, name, t.max, t.pos, c->ep.nseeds);
+        } else {
+            rc = rs__call_run(&call, op, "t", out);
+        }
         rs__leave(c);
     }
     rs__handle_destroy(&h);
@@ -103,7 +117,7 @@ RS_API int rs_force_release(rs_client_t *c, const char *kind, const char *name)
 {
     redisReply *r;
     int rc = run_op(c, kind, name, "force", &r);
-    if (rc == 0) {
+    if (rc == 0 && r) {
         rs__log(c, RS_LOG_WARN, "force release of %s \"%s\": %lld hold(s) dropped", kind, name,
                 r->type == REDIS_REPLY_INTEGER ? r->integer : 0);
         freeReplyObject(r);

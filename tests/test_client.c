@@ -462,7 +462,7 @@ static const struct bad_url bad_urls[] = {
     {"redis-cluster://h:1,,h:2", "host is missing"},
     {"redis-cluster://h:1,", "empty cluster node address"},
     {"redis-cluster://h:1?db=1", "database"},
-    {"redlock://a:1,b:1,c:1", "not supported"},
+    {"redlock://a:1,b:1", "at least 3 masters"},
 };
 
 static void expect_bad_url(const char *url, const char *want)
@@ -521,7 +521,8 @@ Test(client, url_messages_never_contain_the_password)
         "redis-sentinel://u:" SECRET "@h:1,/m",
         "redis-cluster://u:" SECRET "@h:0",
         "redis-cluster://u:" SECRET "@h:1/3",
-        "redlock://u:" SECRET "@a:1,b:1,c:1",
+        "redlock://u:" SECRET "@a:1,b:x,c:1",
+        "redlock://u:" SECRET "@a:1,b:1",
     };
     for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
         expect_bad_url(urls[i], NULL);

@@ -88,6 +88,13 @@ static int get_state(rs_latch_t *l, int *armed, long long *n, long long *o)
 
 RS_API int rs_latch_init(rs_latch_t **out, rs_client_t *c, const char *name, unsigned count)
 {
+    if (out)
+        *out = NULL;
+    int rc0 = rs__rl_refuse(c, "latch", "a count-down that reaches only some masters leaves "
+                            "their counts disagreeing, and no quorum rule makes \"open\" both "
+                            "safe and sure to happen");
+    if (rc0)
+        return rc0;
     int rc = rs__handle_new(out, sizeof **out, c, "latch", &rs_script_latch, name, latch_keys, 2);
     if (rc || count == 0)
         return rc; /* count 0 only attaches: nothing to ask Redis */

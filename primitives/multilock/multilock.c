@@ -12,7 +12,7 @@
  *   1. the part's main key "PREFIX:{NAME}:mutex" (bytes, memcmp, a shorter key that is a
  *      prefix of a longer one first), then
  *   2. the part's server as its client spells it: "unix:PATH/DB" or "HOST:PORT/DB" (host
- *      lowercased).
+ *      lowercased), under Redlock "redlock:" and its masters sorted.
  * The key comes first so that processes that spell one server differently ("localhost" and
  * "127.0.0.1") still agree on the order of differently named parts; the server only breaks
  * ties between equal keys on different servers. Since parts are taken in increasing order
@@ -48,7 +48,8 @@ extern const rs_kind_t rs_kind_mutex;
 typedef struct ml_part {
     rs_mutex_t *m;
     rs_handle_t *h;
-    char server[300]; /* "HOST:PORT/DB" or "unix:PATH/DB" */
+    char server[300]; /* "HOST:PORT/DB", "unix:PATH/DB" or "redlock:HOST:PORT,.../DB"
+                         (truncated: a long redlock list only breaks ties less finely) */
 } ml_part_t;
 
 /* A thread that holds the multilock (took all its parts through it). */
@@ -74,9 +75,33 @@ static rs_handle_t *part_handle(rs_mutex_t *m)
     return (rs_handle_t *)(void *)m; /* rs_handle_t is the first member of struct rs_mutex */
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static void server_id(const rs_client_t *c, char *buf, size_t len)
 {
     const rs_endpoint_t *ep = &c->ep;
+    if (ep->mode == RS_MODE_REDLOCK) {
+        /* "redlock:HOST:PORT,...,HOST:PORT/DB", masters sorted (lowercased): the same set of
+         * masters gives the same id however the URL lists them */
+        char names[RS_SEEDS_MAX][300];
+        const char *sorted[RS_SEEDS_MAX];
+        for (int i = 0; i < ep->nseeds; i++) {
+            snprintf(names[i], sizeof names[i], "%s:%d", ep->seeds[i].host, ep->seeds[i].port);
+            for (char *p = names[i]; *p; p++)
+                *p = (char)tolower((unsigned char)*p);
+            sorted[i] = names[i];
+        }
+        qsort(sorted, (size_t)ep->nseeds, sizeof sorted[0], cmp_str);
+        size_t o = (size_t)snprintf(buf, len, "redlock:");
+        for (int i = 0; i < ep->nseeds && o < len; i++)
+            o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? "," : "", sorted[i]);
+        if (o < len)
+            snprintf(buf + o, len - o, "/%d", ep->db);
+        return;
+    }
     if (ep->unix_socket) {
         snprintf(buf, len, "unix:%s/%d", ep->path, ep->db);
         return;

@@ -18,10 +18,17 @@
 -- ARGV[5] channel prefix, e.g. "rs:client:"
 -- ARGV[6] (acq) "q": queue when busy, "t": try only; "Q", "T": the same, and a hold of this
 --         owner under another id is an orphan to adopt (the client knows it holds nothing
---         here: a call that failed after its script ran left it), not a refusal
+--         here: a call that failed after its script ran left it), not a refusal. A trailing
+--         "r" (every op, Redlock: lib/redlock.c) says this master is one of several: a
+--         release never hands the lock over (each master could hand it to a different
+--         waiter) but publishes "ACQID retry" to the first live waiter, and a free lock goes
+--         to whoever asks (barging; the queue only says whom to wake)
 -- ARGV[7] (acq) max waiters
 -- ARGV[8] (acq, qrenew) queue entry lease ms
 -- ARGV[9] (enter, leave) id of this call (a retry of it is recognised)
+-- ARGV[10] (renew, rel; Redlock) the holder's fencing token: the fencing counter is raised to
+--         it, so that the next holder's quorum, which shares a master with this one's, gets a
+--         larger token (docs/deployments.md, "Fencing under Redlock")
 --
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
@@ -45,6 +52,8 @@
 -- script fails at its first allocating write). Time comes only from the server (TIME).
 
 local op = ARGV[1]
+local mode = ARGV[6] or ''
+local redlock = string.sub(mode, 2, 2) == 'r'
 
 -- The helpers of primitives/common.lua (clock, next_fence, q_*) come before this text.
 local function check_types()
@@ -82,6 +91,25 @@ local function hand_to_head(now_ms, now_us, prev)
   return true
 end
 
+-- Redlock: wakes the first live waiter with "ACQID retry" (no handoff).
+local function wake_head(now_ms)
+  if not now_ms then
+    if redis.call('ZCARD', KEYS[3]) == 0 then return end
+    now_ms = clock()
+  end
+  local head = live_head(now_ms)
+  if head then redis.call('PUBLISH', client_channel(ARGV[5], head), head .. ' retry') end
+end
+
+-- Redlock: raises the fencing counter to the holder's token ARGV[10], if given.
+local function raise_fence()
+  local floor = tonumber(ARGV[10])
+  if not floor then return end
+  if (tonumber(redis.call('GET', KEYS[2])) or 0) < floor then
+    redis.call('SET', KEYS[2], fmt(floor), 'PX', FENCE_TTL)
+  end
+end
+
 local function qinfo(tokhash, now_ms)
   return fmt(now_ms + tonumber(ARGV[8])) .. ' ' .. ARGV[4] .. ' ' .. tokhash
 end
@@ -97,6 +125,7 @@ if op == 'renew' then
   local h = redis.call('HMGET', KEYS[1], 'o', 'a')
   if h[1] == tokhash and h[2] == ARGV[3] then
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    if redlock then raise_fence() end
     return 1
   end
   return 0
@@ -119,12 +148,22 @@ local h = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'r')
 if op == 'acq' then
   if h[1] == tokhash then
     if h[2] == ARGV[3] then return {1, h[3], redis.call('PTTL', KEYS[1])} end
-    if ARGV[6] ~= 'Q' and ARGV[6] ~= 'T' then return {-1} end
+    local m1 = string.sub(mode, 1, 1)
+    if m1 ~= 'Q' and m1 ~= 'T' then return {-1} end
     -- the orphan becomes this acquisition's hold, with a fresh token and lease
     local _, now_us = clock()
     return {1, grant(tokhash, ARGV[3], ARGV[4], now_us, h[4]), tonumber(ARGV[4])}
   end
   local now_ms, now_us = clock()
+  if not h[1] and redlock then
+    -- free: whoever asks takes it (the queues of several masters cannot agree on an order);
+    -- the queue and its info are read before grant() writes
+    local queued = redis.call('ZSCORE', KEYS[3], ARGV[3])
+    redis.call('HEXISTS', KEYS[4], ARGV[3])
+    local f = grant(tokhash, ARGV[3], ARGV[4], now_us, h[4])
+    if queued then drop(ARGV[3]) end
+    return {1, f, tonumber(ARGV[4])}
+  end
   if not h[1] then
     -- free: FIFO, so only the first live waiter (or anyone, if none waits) may take it
     local head = live_head(now_ms)
@@ -137,13 +176,24 @@ if op == 'acq' then
   end
   local ttl = redis.call('PTTL', KEYS[1])
   local seen = redis.call('GET', KEYS[2]) or '0' -- stale wake-ups carry no more (lib/wait.c)
-  if ARGV[6] ~= 'q' and ARGV[6] ~= 'Q' then return {0, ttl, 0, seen} end
+  if string.sub(mode, 1, 1) ~= 'q' and string.sub(mode, 1, 1) ~= 'Q' then
+    return {0, ttl, 0, seen}
+  end
   local e = enqueue(tokhash, now_ms)
   if e then return e end
   return {0, ttl, 1, seen}
 end
 
 if op == 'rel' then
+  if h[1] == tokhash and h[2] == ARGV[3] and redlock then
+    redis.call('DEL', KEYS[1])
+    if redis.pcall('HSET', KEYS[1], 'r', ARGV[3]) == 1 then
+      redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[4]), 10000))
+    end
+    raise_fence()
+    wake_head(nil)
+    return 1
+  end
   if h[1] == tokhash and h[2] == ARGV[3] then
     if not hand_to_head(nil, nil, ARGV[3]) then
       redis.call('DEL', KEYS[1])
@@ -170,7 +220,7 @@ end
 if op == 'force' then
   if not h[1] then return 0 end
   redis.call('DEL', KEYS[1])
-  hand_to_head(nil, nil, '')
+  if redlock then wake_head(nil) else hand_to_head(nil, nil, '') end
   return 1
 end
 
@@ -193,7 +243,7 @@ if op == 'cancel' then
   drop(ARGV[3])
   if not h[1] then
     local now_ms, now_us = clock()
-    hand_to_head(now_ms, now_us, h[4])
+    if redlock then wake_head(now_ms) else hand_to_head(now_ms, now_us, h[4]) end
   end
   return {0}
 end

@@ -7,8 +7,11 @@
  * count, kept in Redis next to the owner (ops enter and leave, each carrying a call id so a
  * retried call never counts twice) and mirrored in the thread's hold record. The fencing
  * token is the first acquisition's for all re-entries; the last unlock releases ("rel").
+ * Under Redlock enter and leave go to every master at once (lib/redlock.c).
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "internal.h"
 #include "scripts.h"
@@ -36,6 +39,23 @@ static int count_call(rs_rmutex_t *m, rs_hold_t *hold, const char *op)
     char callid[RS_ACQID_MAX];
     rs__acq_id(m->h.c, callid);
     rs__call_extra(&k, callid);
+    if (m->h.c->ep.mode == RS_MODE_REDLOCK) {
+        /* on every master; each keeps its own count (shown by inspection), the thread's
+         * record is the one that decides: it is lost only when more masters deny the hold
+         * than a quorum could spare */
+        rs_rl_tally_t t;
+        rs_argv_t v;
+        rs__call_argv(&k, op, "t", &v);
+        int rc = rs__rl_call_int(m->h.c, m->h.script, m->h.nkeys, &v, atol(k.lease), &t);
+        if (rc)
+            return rc;
+        if (t.zero > m->h.c->ep.nseeds - rs__rl_quorum(m->h.c)) {
+            rs__lease_set_lost(m->h.c, hold->lease);
+            return RS_ELOST;
+        }
+        hold->count += strcmp(op, "enter") == 0 ? 1 : -1;
+        return 0;
+    }
     redisReply *r;
     int rc = rs__call_run(&k, op, "t", &r);
     if (rc)

@@ -42,6 +42,13 @@ const rs_kind_t rs_kind_rwlock = {"rwlock", &rs_script_rwlock, rwlock_keys, 6};
 
 RS_API int rs_rwlock_init(rs_rwlock_t **out, rs_client_t *c, const char *name)
 {
+    if (out)
+        *out = NULL;
+    int rc = rs__rl_refuse(c, "rwlock", "its writer preference, re-entry and downgrade rest on "
+                           "one queue order and direct handoff, which independent masters do "
+                           "not share");
+    if (rc)
+        return rc;
     return rs__handle_new(out, sizeof **out, c, rs_kind_rwlock.name, rs_kind_rwlock.script, name,
                           rs_kind_rwlock.suffixes, rs_kind_rwlock.nkeys);
 }

@@ -78,6 +78,11 @@ RS_API int rs_sem_init(rs_sem_t **out, rs_client_t *c, const char *name, unsigne
     if (!out)
         return rs__fail(c, EINVAL, "semaphore handle pointer is NULL");
     *out = NULL;
+    int rc0 = rs__rl_refuse(c, "sem", "permits counted by independent masters do not bound the "
+                            "holders (with 3 masters and 2 permits, 3 holders can each get a "
+                            "quorum)");
+    if (rc0)
+        return rc0;
     if (permits > INT_MAX)
         return rs__fail(c, EINVAL, "permits must be at most %d, got %u", INT_MAX, permits);
     rs_sem_t *s = calloc(1, sizeof *s);

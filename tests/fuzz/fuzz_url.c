@@ -52,6 +52,8 @@ static void check_endpoint(const rs_endpoint_t *ep, const char *url)
             if (ep->seeds[i].port < 1 || ep->seeds[i].port > 65535)
                 fail("seed port out of range accepted", url);
         }
+        if (ep->mode == RS_MODE_REDLOCK && ep->nseeds < 3)
+            fail("a redlock URL with fewer than 3 masters accepted", url);
         if (ep->mode == RS_MODE_SENTINEL &&
             (!terminated(ep->master, sizeof ep->master) || !ep->master[0]))
             fail("sentinel URL without a master name accepted", url);
