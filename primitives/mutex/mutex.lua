@@ -98,7 +98,7 @@ local function wake_head(now_ms)
     now_ms = clock()
   end
   local head = live_head(now_ms)
-  if head then redis.call('PUBLISH', client_channel(ARGV[5], head), head .. ' retry') end
+  if head then redis.call('PUBLISH', client_channel(ARGV[5], head), acq_route(head) .. ' retry') end
 end
 
 -- Redlock: raises the fencing counter to the holder's token ARGV[10], if given.
