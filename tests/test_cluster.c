@@ -28,39 +28,13 @@
 #include "internal.h" /* rs__cluster_slot: the tests link the static library */
 #include "redis_server.h"
 #include "redisync.h"
+#include "test_util.h"
 
 TestSuite(cluster, .timeout = 120);
 
 #define NNODES 3
 #define NWORKERS 3
 #define NNAMES 24
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
-
-static struct timespec deadline_in(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
 
 typedef struct shared {
     atomic_int stop;
@@ -103,7 +77,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix,
     unsigned seed = (unsigned)getpid();
     while (!atomic_load(&sh->stop)) {
         int i = nnames > 1 ? (int)(rand_r(&seed) % (unsigned)nnames) : 0;
-        struct timespec dl = deadline_in(10000);
+        struct timespec dl = tu_abs_in(10000);
         int rc = rs_mutex_timedlock(m[i], &dl);
         if (rc != 0) {
             atomic_fetch_add(&sh->errors[id], 1);
@@ -116,7 +90,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix,
         long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
         if (r)
             freeReplyObject(r);
-        sleep_ms(1);
+        tu_sleep_ms(1);
         r = redisCommand(chk, "SET %s:c:n%d %lld", prefix, i, v + 1);
         if (r)
             freeReplyObject(r);
@@ -241,7 +215,7 @@ Test(cluster, many_names_keep_exclusion)
     shared_t *sh = shared_new();
     pid_t pids[NWORKERS];
     start_workers(sh, pids, url, prefix, &checker, NNAMES);
-    sleep_ms(3000);
+    tu_sleep_ms(3000);
     stop_workers(sh, pids);
     long long total = check_counters(&checker, prefix, NNAMES);
     cr_log_info("cluster: %lld sections on %d names over %d masters", total, NNAMES, NNODES);
@@ -282,9 +256,9 @@ Test(cluster, slot_migration_costs_no_error)
     shared_t *sh = shared_new();
     pid_t pids[NWORKERS];
     start_workers(sh, pids, url, prefix, &checker, 1); /* everyone on n0 */
-    long long until = mono_ms() + 10000;
-    while (mono_ms() < until && atomic_load(&sh->ok[0][0]) + atomic_load(&sh->ok[1][0]) < 30)
-        sleep_ms(20);
+    long long until = tu_mono_ms() + 10000;
+    while (tu_mono_ms() < until && atomic_load(&sh->ok[0][0]) + atomic_load(&sh->ok[1][0]) < 30)
+        tu_sleep_ms(20);
 
     /* move the slot, one key at a time, while the workers run */
     char buf[256];
@@ -293,8 +267,8 @@ Test(cluster, slot_migration_costs_no_error)
     cr_assert_not_null(ts_cmd_str(&nodes[src], buf, sizeof buf, "CLUSTER SETSLOT %d MIGRATING %s",
                                   slot, dst_id));
     int moved = 0;
-    until = mono_ms() + 10000;
-    while (mono_ms() < until) {
+    until = tu_mono_ms() + 10000;
+    while (tu_mono_ms() < until) {
         redisContext *s = ts_connect(&nodes[src]);
         cr_assert_not_null(s);
         redisReply *r = redisCommand(s, "CLUSTER GETKEYSINSLOT %d 1", slot);
@@ -312,23 +286,23 @@ Test(cluster, slot_migration_costs_no_error)
         redisFree(s);
         if (n == 0)
             break;
-        sleep_ms(20); /* let the workers meet the half-moved slot */
+        tu_sleep_ms(20); /* let the workers meet the half-moved slot */
     }
     for (int i = 0; i < NNODES; i++)
         cr_assert_not_null(ts_cmd_str(&nodes[i], buf, sizeof buf, "CLUSTER SETSLOT %d NODE %s",
                                       slot, dst_id));
     atomic_store(&sh->phase, 1);
-    until = mono_ms() + 10000;
+    until = tu_mono_ms() + 10000;
     int after = 0;
-    while (mono_ms() < until) {
+    while (tu_mono_ms() < until) {
         after = 0;
         for (int i = 0; i < NWORKERS; i++)
             after += atomic_load(&sh->ok[i][1]) >= 5;
         if (after == NWORKERS)
             break;
-        sleep_ms(20);
+        tu_sleep_ms(20);
     }
-    sleep_ms(300);
+    tu_sleep_ms(300);
     stop_workers(sh, pids);
     /* the redirections the workers met (and absorbed) */
     long long nmoved = ts_info_ll(&nodes[src], "errorstats", "errorstat_MOVED", "count");

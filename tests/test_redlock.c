@@ -38,37 +38,11 @@
 
 #include "redis_server.h"
 #include "redisync.h"
+#include "test_util.h"
 
 TestSuite(redlock, .timeout = 120);
 
 #define NM 3
-
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
-
-static struct timespec deadline_in(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
 
 typedef struct masters {
     ts_server_t s[NM];
@@ -241,7 +215,7 @@ Test(redlock, lock_unlock)
     cr_expect_eq(rs_mutex_trylock(a), EBUSY);
     cr_expect_eq(rs_mutex_trylock(a2), EBUSY, "another handle, same thread");
     cr_expect_eq(rs_mutex_trylock(b), EBUSY, "%s", rs_client_lasterror(c2));
-    struct timespec dl = deadline_in(300);
+    struct timespec dl = tu_abs_in(300);
     cr_expect_eq(rs_mutex_timedlock(b, &dl), ETIMEDOUT);
     cr_expect_eq(rs_mutex_unlock(b), EPERM);
     pthread_t th;
@@ -251,7 +225,7 @@ Test(redlock, lock_unlock)
     cr_expect_eq((int)(intptr_t)res, EBUSY, "another thread of the same client");
 
     /* kept past several leases by the watchdog's quorum renewals */
-    sleep_ms(2500);
+    tu_sleep_ms(2500);
     cr_expect_eq(rs_mutex_trylock(b), EBUSY);
     cr_expect_eq(rs_mutex_unlock(a), 0, "unlock: %s", rs_client_lasterror(c1));
     for (int i = 0; i < NM; i++) {
@@ -324,7 +298,7 @@ static void *waiter(void *p)
     waiter_arg_t *w = p;
     atomic_store(&w->started, 1);
     w->rc = rs_mutex_lock(w->m);
-    w->got_ms = mono_ms();
+    w->got_ms = tu_mono_ms();
     if (w->rc == 0)
         rs_mutex_unlock(w->m);
     atomic_store(&w->done, 1);
@@ -355,21 +329,21 @@ Test(redlock, waiter_sleeps_until_release)
     waiter_arg_t w = {.m = b};
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, waiter, &w), 0);
-    long long until = mono_ms() + 5000;
-    while (!atomic_load(&w.started) && mono_ms() < until)
-        sleep_ms(10);
-    sleep_ms(500); /* it has queued on the masters and sleeps */
+    long long until = tu_mono_ms() + 5000;
+    while (!atomic_load(&w.started) && tu_mono_ms() < until)
+        tu_sleep_ms(10);
+    tu_sleep_ms(500); /* it has queued on the masters and sleeps */
     long long before = evalsha_calls(&m);
-    sleep_ms(1500);
+    tu_sleep_ms(1500);
     long long during = evalsha_calls(&m) - before;
     cr_expect_eq(atomic_load(&w.done), 0, "the waiter got a held mutex");
     /* no polling: nothing (or a stray renewal) while it sleeps */
     cr_expect_leq(during, 6, "%lld script calls on the masters in 1.5 s of waiting", during);
-    long long t_rel = mono_ms();
+    long long t_rel = tu_mono_ms();
     cr_expect_eq(rs_mutex_unlock(a), 0);
-    until = mono_ms() + 10000;
-    while (!atomic_load(&w.done) && mono_ms() < until)
-        sleep_ms(5);
+    until = tu_mono_ms() + 10000;
+    while (!atomic_load(&w.done) && tu_mono_ms() < until)
+        tu_sleep_ms(5);
     cr_assert(atomic_load(&w.done), "the waiter was not woken by the release");
     pthread_join(th, NULL);
     cr_expect_eq(w.rc, 0, "waiter's lock: %d", w.rc);
@@ -433,7 +407,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
     while (!atomic_load(&sh->stop)) {
         int phase = atomic_load(&sh->phase);
         int use_r = rec && (it++ % 2);
-        struct timespec dl = deadline_in(30000);
+        struct timespec dl = tu_abs_in(30000);
         int rc = use_r ? rs_rmutex_timedlock(r, &dl) : rs_mutex_timedlock(m, &dl);
         if (rc == 0 && use_r)
             rc = rs_rmutex_lock(r); /* re-entry */
@@ -441,7 +415,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
             atomic_fetch_add(&sh->err[id][code_slot(rc)], 1);
             snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "lock %d: %s", rc,
                      rs_client_lasterror(c));
-            sleep_ms(10);
+            tu_sleep_ms(10);
             continue;
         }
         atomic_int *in_cs = &sh->in_cs[use_r];
@@ -454,7 +428,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
             if (i < MAXSECT)
                 sh->sect[i].fence = rs_mutex_fence(m);
         }
-        sleep_ms(1);
+        tu_sleep_ms(1);
         if (atomic_load(in_cs) != id + 1)
             atomic_fetch_add(&sh->overlaps, 1);
         atomic_store(in_cs, 0);
@@ -473,7 +447,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
         }
         /* some work between sections: Redlock has no FIFO order, and a process that locks
          * again at once can win every time against waiters that must first be woken */
-        sleep_ms(2 + id);
+        tu_sleep_ms(2 + id);
     }
     rs_mutex_destroy(m);
     rs_rmutex_destroy(r);
@@ -506,9 +480,9 @@ static void reap(shared_t *sh, pid_t *pids, long long until)
                 left++;
             }
         }
-        if (!left || mono_ms() >= until)
+        if (!left || tu_mono_ms() >= until)
             break;
-        sleep_ms(20);
+        tu_sleep_ms(20);
     }
     for (int i = 0; i < NWORKERS; i++)
         if (!done[i]) {
@@ -542,9 +516,9 @@ static void run_workers(int kill_one)
     }
     /* a few hundred contended sections before (and after) the kill */
     int want = kill_one ? 25 : 100;
-    long long until = mono_ms() + 40000;
-    while (!all_ok(sh, 0, want) && mono_ms() < until)
-        sleep_ms(20);
+    long long until = tu_mono_ms() + 40000;
+    while (!all_ok(sh, 0, want) && tu_mono_ms() < until)
+        tu_sleep_ms(20);
     int started = all_ok(sh, 0, want);
     if (started && kill_one) {
         if (kill_one == PAUSE_ONE)
@@ -552,12 +526,12 @@ static void run_workers(int kill_one)
         else
             ts_server_kill(&m.s[1]);
         atomic_store(&sh->phase, 1);
-        until = mono_ms() + 40000;
-        while (!all_ok(sh, 1, 50) && mono_ms() < until)
-            sleep_ms(20);
+        until = tu_mono_ms() + 40000;
+        while (!all_ok(sh, 1, 50) && tu_mono_ms() < until)
+            tu_sleep_ms(20);
     }
     atomic_store(&sh->stop, 1);
-    reap(sh, pids, mono_ms() + 20000);
+    reap(sh, pids, tu_mono_ms() + 20000);
     if (kill_one == PAUSE_ONE)
         ts_server_resume(&m.s[1]);
     cr_assert(started, "workers did not get going");
@@ -626,9 +600,9 @@ typedef struct timed_arg {
 static void *blocking_lock(void *p)
 {
     timed_arg_t *a = p;
-    long long t0 = mono_ms();
+    long long t0 = tu_mono_ms();
     a->rc = rs_mutex_lock(a->m);
-    a->ms = mono_ms() - t0;
+    a->ms = tu_mono_ms() - t0;
     if (a->rc == 0)
         rs_mutex_unlock(a->m);
     atomic_store(&a->done, 1);
@@ -655,64 +629,64 @@ Test(redlock, majority_down)
     ts_server_kill(&m.s[0]);
     ts_server_kill(&m.s[2]);
 
-    long long t0 = mono_ms();
+    long long t0 = tu_mono_ms();
     int rc = rs_mutex_trylock(other);
-    long long dt = mono_ms() - t0;
+    long long dt = tu_mono_ms() - t0;
     cr_expect(rc == RS_ECONN, "trylock: %d (%s)", rc, rs_client_lasterror(c2));
     cr_expect_lt(dt, timeout + margin, "trylock took %lld ms", dt);
     cr_expect(strstr(rs_client_lasterror(c2), "quorum") != NULL, "message: %s",
               rs_client_lasterror(c2));
 
-    t0 = mono_ms();
-    struct timespec dl = deadline_in(60000);
+    t0 = tu_mono_ms();
+    struct timespec dl = tu_abs_in(60000);
     rc = rs_mutex_timedlock(other, &dl);
-    dt = mono_ms() - t0;
+    dt = tu_mono_ms() - t0;
     cr_expect_eq(rc, RS_ECONN, "timedlock: %d (%s)", rc, rs_client_lasterror(c2));
     cr_expect_lt(dt, timeout + margin, "timedlock took %lld ms", dt);
 
     timed_arg_t a = {.m = other};
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, blocking_lock, &a), 0);
-    long long until = mono_ms() + timeout + margin + 2000;
-    while (!atomic_load(&a.done) && mono_ms() < until)
-        sleep_ms(10);
+    long long until = tu_mono_ms() + timeout + margin + 2000;
+    while (!atomic_load(&a.done) && tu_mono_ms() < until)
+        tu_sleep_ms(10);
     cr_assert(atomic_load(&a.done), "lock did not return with two of three masters down");
     pthread_join(th, NULL);
     cr_expect_eq(a.rc, RS_ECONN, "lock: %d", a.rc);
     cr_expect_lt(a.ms, timeout + margin, "lock took %lld ms", a.ms);
 
     /* the holds: re-entry and unlock fail with a documented code, within the bound */
-    t0 = mono_ms();
+    t0 = tu_mono_ms();
     rc = rs_rmutex_lock(rheld);
-    dt = mono_ms() - t0;
+    dt = tu_mono_ms() - t0;
     cr_expect(rc == RS_ECONN || rc == RS_ELOST, "rmutex re-entry: %d", rc);
     cr_expect_lt(dt, timeout + margin, "re-entry took %lld ms", dt);
-    t0 = mono_ms();
+    t0 = tu_mono_ms();
     rc = rs_mutex_unlock(held);
-    dt = mono_ms() - t0;
+    dt = tu_mono_ms() - t0;
     cr_expect(rc == RS_ECONN || rc == RS_ELOST, "unlock: %d (%s)", rc, rs_client_lasterror(c));
     cr_expect_lt(dt, timeout + margin, "unlock took %lld ms", dt);
     cr_expect_eq(rs_mutex_unlock(held), EPERM, "the hold is cleared either way");
-    t0 = mono_ms();
+    t0 = tu_mono_ms();
     rc = rs_rmutex_unlock(rheld);
-    dt = mono_ms() - t0;
+    dt = tu_mono_ms() - t0;
     cr_expect(rc == RS_ECONN || rc == RS_ELOST, "rmutex unlock: %d", rc);
     cr_expect_lt(dt, timeout + margin, "rmutex unlock took %lld ms", dt);
 
     rs_mutex_destroy(held);
     rs_rmutex_destroy(rheld);
     rs_mutex_destroy(other);
-    t0 = mono_ms();
+    t0 = tu_mono_ms();
     rs_client_close(c);
     rs_client_close(c2);
-    cr_expect_lt(mono_ms() - t0, 2 * (timeout + margin), "close took %lld ms", mono_ms() - t0);
+    cr_expect_lt(tu_mono_ms() - t0, 2 * (timeout + margin), "close took %lld ms", tu_mono_ms() - t0);
 
     /* and a client cannot be opened on one master of three */
     rs_config_t cfg = config(m.url, prefix, 1000, timeout);
     rs_client_t *c3 = NULL;
-    t0 = mono_ms();
+    t0 = tu_mono_ms();
     cr_expect_eq(rs_client_open(&c3, &cfg), RS_ECONN);
-    cr_expect_lt(mono_ms() - t0, timeout + margin);
+    cr_expect_lt(tu_mono_ms() - t0, timeout + margin);
     cr_expect(strstr(rs_client_lasterror(NULL), "only 1 of 3 redlock masters reachable") != NULL,
               "message: %s", rs_client_lasterror(NULL));
     masters_down(&m);

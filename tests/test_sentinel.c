@@ -32,44 +32,18 @@
 
 #include "redis_server.h"
 #include "redisync.h"
+#include "test_util.h"
 #include "sentinel.h"
 
 TestSuite(sentinel, .timeout = 120);
 
 #define MASTER_NAME "mymaster"
 
-static long long mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static long long mono_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
-
-static struct timespec deadline_in(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
 }
 
 /* ----- the deployment ---------------------------------------------------------------- */
@@ -157,10 +131,10 @@ Test(sentinel, lock_unlock)
              t.sent[0].port);
     cfg = config(url, prefix, 0);
     cfg.timeout_ms = 300;
-    long long t0 = mono_ms();
+    long long t0 = tu_mono_ms();
     c = NULL;
     cr_expect_eq(rs_client_open(&c, &cfg), RS_ECONN);
-    cr_expect_lt(mono_ms() - t0, 2300);
+    cr_expect_lt(tu_mono_ms() - t0, 2300);
     cr_expect(strstr(rs_client_lasterror(NULL), "does not know") != NULL, "message: %s",
               rs_client_lasterror(NULL));
     topo_down(&t);
@@ -194,9 +168,9 @@ Test(sentinel, wait_shortfall)
     cr_assert_eq(rs_client_open(&c2, &cfg), 0);
     rs_mutex_t *m2 = NULL;
     cr_assert_eq(rs_mutex_init(&m2, c2, "w"), 0);
-    long long t0 = mono_ms();
+    long long t0 = tu_mono_ms();
     cr_expect_eq(rs_mutex_lock(m2), RS_EREPL, "lock: %s", rs_client_lasterror(c2));
-    cr_expect_lt(mono_ms() - t0, 2500);
+    cr_expect_lt(tu_mono_ms() - t0, 2500);
     cr_expect(strstr(rs_client_lasterror(c2), "WAIT") != NULL, "message: %s",
               rs_client_lasterror(c2));
     cr_expect_eq(rs_mutex_fence(m2), 0);
@@ -263,19 +237,19 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
         _exit(2);
     }
     while (!atomic_load(&sh->stop)) {
-        struct timespec dl = deadline_in(5000);
+        struct timespec dl = tu_abs_in(5000);
         int rc = rs_mutex_timedlock(m, &dl);
         if (rc != 0) {
             atomic_fetch_add(&sh->err[id][code_slot(rc)], 1);
             snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "lock %d: %s", rc,
                      rs_client_lasterror(c));
-            sleep_ms(10);
+            tu_sleep_ms(10);
             continue;
         }
         int phase = atomic_load(&sh->phase);
         long long t_acq = mono_us();
         uint64_t fence = rs_mutex_fence(m);
-        sleep_ms(2);
+        tu_sleep_ms(2);
         long long t_end = mono_us();
         rc = rs_mutex_unlock(m);
         int i = atomic_fetch_add(&sh->nsect, 1);
@@ -288,7 +262,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
             snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "unlock %d: %s", rc,
                      rs_client_lasterror(c));
         }
-        sleep_ms(1 + id);
+        tu_sleep_ms(1 + id);
     }
     rs_mutex_destroy(m);
     rs_client_close(c);
@@ -338,17 +312,17 @@ static long long fo_stage_ms;
 
 static void stage(const char *what)
 {
-    fo_stage_ms = mono_ms();
+    fo_stage_ms = tu_mono_ms();
     fo_stage = what;
 }
 
 static void *stall_reporter(void *arg)
 {
     long long at = *(long long *)arg;
-    while (mono_ms() < at)
-        sleep_ms(200);
+    while (tu_mono_ms() < at)
+        tu_sleep_ms(200);
     fprintf(stderr, "sentinel failover test: stalled in stage \"%s\" for %lld ms\n", fo_stage,
-            mono_ms() - fo_stage_ms);
+            tu_mono_ms() - fo_stage_ms);
     return NULL;
 }
 
@@ -356,7 +330,7 @@ static void *stall_reporter(void *arg)
 static long long fo_end;
 static long long until_in(long long ms)
 {
-    long long u = mono_ms() + ms;
+    long long u = tu_mono_ms() + ms;
     return u < fo_end ? u : fo_end;
 }
 
@@ -381,9 +355,9 @@ static void reap_workers(shared_t *sh, const pid_t *pids, long long until)
         }
         if (!left)
             return;
-        if (mono_ms() >= until)
+        if (tu_mono_ms() >= until)
             break;
-        sleep_ms(20);
+        tu_sleep_ms(20);
     }
     for (int i = 0; i < NWORKERS; i++) {
         if (done[i])
@@ -398,7 +372,7 @@ static void reap_workers(shared_t *sh, const pid_t *pids, long long until)
 static void failover_run(int min_replicas)
 {
     /* TestSuite timeout is 120 s; the phases below share 95 s of it */
-    fo_end = mono_ms() + 95000;
+    fo_end = tu_mono_ms() + 95000;
     topo_t t;
     stage("deployment");
     topo_up(&t, 3);
@@ -423,8 +397,8 @@ static void failover_run(int min_replicas)
         pthread_detach(reporter);
     stage("workers start");
     long long until = until_in(15000);
-    while (!all_ok(sh, 0, 3) && mono_ms() < until)
-        sleep_ms(20);
+    while (!all_ok(sh, 0, 3) && tu_mono_ms() < until)
+        tu_sleep_ms(20);
     cr_assert(all_ok(sh, 0, 3), "workers did not get going before the failover");
 
     /* a hold confirmed before the failover, kept across it */
@@ -435,7 +409,7 @@ static void failover_run(int min_replicas)
     rs_mutex_t *held = NULL;
     cr_assert_eq(rs_client_open(&holder, &cfg), 0);
     cr_assert_eq(rs_mutex_init(&held, holder, "held"), 0);
-    struct timespec dl = deadline_in(10000);
+    struct timespec dl = tu_abs_in(10000);
     cr_assert_eq(rs_mutex_timedlock(held, &dl), 0, "lock: %s", rs_client_lasterror(holder));
     uint64_t held_fence = rs_mutex_fence(held);
 
@@ -443,38 +417,38 @@ static void failover_run(int min_replicas)
     long long t_fail_us = mono_us();
     char reply[128] = "";
     until = until_in(20000);
-    while (mono_ms() < until) {
+    while (tu_mono_ms() < until) {
         if (ts_cmd_str(&t.sent[0], reply, sizeof reply, "SENTINEL FAILOVER %s", MASTER_NAME) &&
             strcmp(reply, "OK") == 0)
             break;
-        sleep_ms(100); /* NOGOODSLAVE until the sentinel has seen the replica */
+        tu_sleep_ms(100); /* NOGOODSLAVE until the sentinel has seen the replica */
     }
     cr_assert_str_eq(reply, "OK", "SENTINEL FAILOVER: %s", reply);
     stage("switch to the replica");
     until = until_in(20000);
     while (ts_sentinel_master_port(&t.sent[0], MASTER_NAME) != t.replica.port &&
-           mono_ms() < until)
-        sleep_ms(20);
+           tu_mono_ms() < until)
+        tu_sleep_ms(20);
     cr_assert_eq(ts_sentinel_master_port(&t.sent[0], MASTER_NAME), t.replica.port,
                  "the sentinels never switched to the replica");
-    long long t_switch = mono_ms();
+    long long t_switch = tu_mono_ms();
     atomic_store(&sh->phase, 1);
     stage("demotion of the old master");
     until = until_in(30000);
-    while (!role_is(&t.master, "slave") && mono_ms() < until)
-        sleep_ms(50);
+    while (!role_is(&t.master, "slave") && tu_mono_ms() < until)
+        tu_sleep_ms(50);
     cr_assert(role_is(&t.master, "slave"), "the old master was never demoted");
-    long long t_demoted = mono_ms();
+    long long t_demoted = tu_mono_ms();
     atomic_store(&sh->phase, 2);
     stage("workers after the demotion");
     until = until_in(20000);
-    while (!all_ok(sh, 2, 5) && mono_ms() < until)
-        sleep_ms(20);
-    long long t_carry = mono_ms();
+    while (!all_ok(sh, 2, 5) && tu_mono_ms() < until)
+        tu_sleep_ms(20);
+    long long t_carry = tu_mono_ms();
     atomic_store(&sh->stop, 1);
     stage("workers stop");
     /* a worker returns within one timedlock (5 s) and a close */
-    reap_workers(sh, pids, mono_ms() + 12000);
+    reap_workers(sh, pids, tu_mono_ms() + 12000);
     stage("checks");
 
     /* every worker carried on after the old master was demoted */
