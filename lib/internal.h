@@ -384,6 +384,10 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
 int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_t *t);
 /* The watchdog's round under Redlock: res[i] as run_round's (1 renewed on a quorum, 0 denied
  * by more than N - quorum masters, 2 a queue entry found granted, -1 no answer). */
+/* The start of a renewal round of n leases (watchdog.c, redlock.c): every res[i] = -1 (no
+ * answer yet); returns the round's I/O budget, a third of the shortest lease (at most
+ * timeout_ms, at least 10 ms), so that a round never outlasts a lease's renewal margin. */
+long rs__round_begin(const rs_client_t *c, rs_lease_t *const *batch, int *res, int n);
 void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent);
 /* rs__wait_acquire's operations under Redlock (ctx: the rs_call_t). */
 extern const rs_acquire_ops_t rs__rl_ops;

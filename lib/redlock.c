@@ -569,14 +569,7 @@ static void build_renew(void *arg, int j, rs_argv_t *out)
 void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent)
 {
     int nm = c->ep.nseeds, q = rs__rl_quorum(c);
-    long io_ms = c->timeout_ms;
-    for (int i = 0; i < n; i++)
-        if (batch[i]->lease_ms / 3 < io_ms)
-            io_ms = batch[i]->lease_ms / 3;
-    if (io_ms < 10)
-        io_ms = 10;
-    for (int i = 0; i < n; i++)
-        res[i] = -1;
+    long io_ms = rs__round_begin(c, batch, res, n);
     redisReply **rep = calloc((size_t)nm * (size_t)n + 1, sizeof *rep);
     if (!rep)
         return;

@@ -222,22 +222,30 @@ static int parse_seeds(rs_client_t *c, const char *hosts, const char *end, rs_en
     return 0;
 }
 
+/* "[[user]:password@]HOSTS..." of the multi-node forms: the credentials into ep, *hosts at
+ * the host list (after the last '@': a password may contain '@'). */
+static int parse_userinfo(rs_client_t *c, const char *rest, rs_endpoint_t *ep, const char **hosts)
+{
+    const char *at = strrchr(rest, '@');
+    *hosts = rest;
+    if (!at)
+        return 0;
+    *hosts = at + 1;
+    return parse_creds(c, rest, (size_t)(at - rest), ep);
+}
+
 static int parse_cluster(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
 {
     /* [[user]:password@]host:port[,host:port...][/] : Cluster has only database 0 */
     ep->mode = RS_MODE_CLUSTER;
-    const char *at = strrchr(rest, '@');
-    const char *hosts = rest;
-    if (at) {
-        int rc = parse_creds(c, rest, (size_t)(at - rest), ep);
-        if (rc)
-            return rc;
-        hosts = at + 1;
-    }
+    const char *hosts;
+    int rc = parse_userinfo(c, rest, ep, &hosts);
+    if (rc)
+        return rc;
     const char *end = hosts + strcspn(hosts, "/?#");
     if (hosts == end)
         return rs__fail(c, EINVAL, "bad URL: redis-cluster:// needs at least one node address");
-    int rc = parse_seeds(c, hosts, end, ep, "cluster node", 6379);
+    rc = parse_seeds(c, hosts, end, ep, "cluster node", 6379);
     if (rc)
         return rc;
     if (*end == '/')
@@ -291,19 +299,15 @@ static int parse_redlock(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
 {
     /* [[user]:password@]host[:port],host[:port],host[:port][,...][/][?db=N] */
     ep->mode = RS_MODE_REDLOCK;
-    const char *at = strrchr(rest, '@');
-    const char *hosts = rest;
-    if (at) {
-        int rc = parse_creds(c, rest, (size_t)(at - rest), ep);
-        if (rc)
-            return rc;
-        hosts = at + 1;
-    }
+    const char *hosts;
+    int rc = parse_userinfo(c, rest, ep, &hosts);
+    if (rc)
+        return rc;
     const char *end = hosts + strcspn(hosts, "/?#");
     if (hosts == end)
         return rs__fail(c, EINVAL, "bad URL: redlock:// needs the addresses of its masters "
                                    "(redlock://host:port,host:port,host:port)");
-    int rc = parse_seeds(c, hosts, end, ep, "redlock master", 6379);
+    rc = parse_seeds(c, hosts, end, ep, "redlock master", 6379);
     if (rc)
         return rc;
     if (ep->nseeds < 3)

@@ -295,11 +295,8 @@ static long long read_wait(redisContext *ctx)
     return v;
 }
 
-/* Results of one round, per lease: 1 renewed, 0 gone, 2 granted, -1 no answer. */
-static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t **batch,
-                      int *res, int n, uint64_t *sent)
+long rs__round_begin(const rs_client_t *c, rs_lease_t *const *batch, int *res, int n)
 {
-    int confirm = c->min_replicas > 0;
     long io_ms = c->timeout_ms;
     for (int i = 0; i < n; i++)
         if (batch[i]->lease_ms / 3 < io_ms)
@@ -308,6 +305,15 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
         io_ms = 10;
     for (int i = 0; i < n; i++)
         res[i] = -1;
+    return io_ms;
+}
+
+/* Results of one round, per lease: 1 renewed, 0 gone, 2 granted, -1 no answer. */
+static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t **batch,
+                      int *res, int n, uint64_t *sent)
+{
+    int confirm = c->min_replicas > 0;
+    long io_ms = rs__round_begin(c, batch, res, n);
     if (*ctxp && node < 0 && c->wd.ctx_gen != rs__topo_gen(c)) {
         redisFree(*ctxp); /* the master moved since it was opened */
         *ctxp = NULL;
