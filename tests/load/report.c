@@ -64,8 +64,10 @@ static long long percentile_us(const ld_shared_t *sh, double q)
         total += atomic_load(&sh->hist[b]);
     for (int b = 0; b < LD_HIST; b++) {
         seen += atomic_load(&sh->hist[b]);
-        if (total && seen >= q * (double)total)
-            return 1LL << b;
+        if (total && seen >= q * (double)total) {
+            long long max = atomic_load(&sh->wait_max_us);
+            return (1LL << b) < max ? 1LL << b : max; /* the bucket's bound, never past the max */
+        }
     }
     return 0;
 }
