@@ -502,6 +502,10 @@ void rs__hold_granted(const rs_call_t *k, rs_hold_t *hold, uint64_t fence, long 
 void rs__hold_discard(rs_hold_t *hold);
 /* Decodes the acquiring reply convention into out. EDEADLK for {-1}. */
 int rs__decode_grant(const rs_call_t *k, const redisReply *r, rs_attempt_t *out);
+/* Decodes a script's "info" reply (primitives/info_decode.c) into out, which it zeroes first.
+ * 0; RS_ESERVER for any shape but an array of at least 9 elements (out stays zeroed); EINVAL
+ * if out is NULL. Never reads past what r holds, whatever its shape. */
+int rs__decode_info(const char *kind, const redisReply *r, rs_info_t *out);
 /* Acquires (op "acq"), waiting unless try_only (EBUSY) until deadline (ETIMEDOUT). On 0,
  * *out is a new hold (count 1, lease registered with the watchdog, renewed with op "renew",
  * released at close with op "rel") that the caller adds to its handle. */

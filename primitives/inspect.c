@@ -70,18 +70,6 @@ static int run_op(rs_client_t *c, const char *kind, const char *name, const char
     return rc;
 }
 
-static long long int_at(const redisReply *r, size_t i)
-{
-    if (i >= r->elements)
-        return -1;
-    const redisReply *e = r->element[i];
-    if (e->type == REDIS_REPLY_INTEGER)
-        return e->integer;
-    if (e->type == REDIS_REPLY_STRING)
-        return strtoll(e->str, NULL, 10);
-    return -1;
-}
-
 RS_API int rs_inspect(rs_client_t *c, const char *kind, const char *name, rs_info_t *out)
 {
     if (!out)
@@ -91,25 +79,10 @@ RS_API int rs_inspect(rs_client_t *c, const char *kind, const char *name, rs_inf
     int rc = run_op(c, kind, name, "info", &r);
     if (rc)
         return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements < 9) {
-        freeReplyObject(r);
-        return rs__fail(c, RS_ESERVER, "unexpected reply to info from the %s script", kind);
-    }
-    snprintf(out->kind, sizeof out->kind, "%s", kind);
-    out->exists = int_at(r, 0) > 0;
-    out->nholders = (unsigned)(int_at(r, 1) > 0 ? int_at(r, 1) : 0);
-    out->remaining_ms = (long)int_at(r, 2);
-    long long f = int_at(r, 3);
-    out->fence = f > 0 ? (uint64_t)f : 0;
-    out->waiters = (unsigned)(int_at(r, 4) > 0 ? int_at(r, 4) : 0);
-    out->writer = int_at(r, 5) > 0;
-    out->size = (long)int_at(r, 6);
-    out->free = (long)int_at(r, 7);
-    out->count = (long)int_at(r, 8);
-    for (size_t i = 9, k = 0; i < r->elements && k < RS_INFO_HOLDERS; i++, k++)
-        if (r->element[i]->type == REDIS_REPLY_STRING)
-            snprintf(out->holders[k], sizeof out->holders[k], "%s", r->element[i]->str);
+    rc = rs__decode_info(kind, r, out);
     freeReplyObject(r);
+    if (rc)
+        return rs__fail(c, rc, "unexpected reply to info from the %s script", kind);
     return 0;
 }
 

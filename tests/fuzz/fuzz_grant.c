@@ -13,9 +13,9 @@
  * element is the integer 1; busy only for a first element 0, with retry_ms > 0 (the wait
  * loop sleeps that long) and queued 0 or 1.
  *
- * The other decoders (rs_inspect's "info" reply in primitives/inspect.c, the latch, rmutex
- * and semaphore replies, the watchdog's renewals) sit inside functions that first need a
- * live connection, so they cannot be reached from here without a server.
+ * rs_inspect's "info" reply has its own target (fuzz_info.c). The other decoders (the latch,
+ * rmutex and semaphore replies, the watchdog's renewals) sit inside functions that first
+ * need a live connection, so they cannot be reached from here without a server.
  */
 #include <stdint.h>
 #include <stdio.h>
