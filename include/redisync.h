@@ -100,7 +100,13 @@ typedef struct rs_config {
     void *on_lost_arg;
     void (*log)(int level, const char *msg, void *arg); /* NULL: the library is silent */
     void *log_arg;
-    void *reserved[8];      /* room to grow without breaking the ABI; keep zeroed */
+    long confirm_wakeups;   /* non-zero: a waiter woken with a grant asks Redis once more
+                               before it returns (one more round trip per contended
+                               acquisition), so that even a peer that can read the queue
+                               keys and PUBLISH cannot forge a grant (docs/security.md).
+                               0: a grant message naming the whole acquisition id, with its
+                               64 secret bits, is trusted. Always on with min_replicas > 0 */
+    void *reserved[7];      /* room to grow without breaking the ABI; keep zeroed */
 } rs_config_t;
 
 /* Fills cfg with the defaults (all zero/NULL, meaning "default" as documented above). */

@@ -211,6 +211,7 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     c->lease_ms = cfg.lease_ms ? cfg.lease_ms : 30000;
     c->timeout_ms = cfg.timeout_ms ? cfg.timeout_ms : 2000;
     c->min_replicas = cfg.min_replicas;
+    c->confirm_wakeups = cfg.confirm_wakeups != 0;
     c->replica_timeout_ms = cfg.replica_timeout_ms ? cfg.replica_timeout_ms : 500;
     c->max_waiters = cfg.max_waiters ? cfg.max_waiters : 100000;
     c->on_lost = cfg.on_lost;

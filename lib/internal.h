@@ -525,6 +525,7 @@ struct rs_client {
     char *channel;            /* "PREFIX:client:PUBLICID": this client's wake-up channel */
     long lease_ms, timeout_ms, replica_timeout_ms;
     int min_replicas;
+    int confirm_wakeups;      /* rs_config_t.confirm_wakeups: a grant message is re-checked */
     unsigned max_waiters;
     void (*on_lost)(const char *kind, const char *name, void *arg);
     void *on_lost_arg;

@@ -72,9 +72,10 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
              * a restart, after which this id queued again) would otherwise be taken for the
              * later grant, with the wrong token and lease. */
             if (ops->message(ctx, w.msg, out) && out->fence > fence_floor) {
-                if (c->min_replicas > 0) {
+                if (c->min_replicas > 0 || c->confirm_wakeups) {
                     /* a handed-over hold is confirmed like any other: the next attempt finds
-                     * it ours and its WAIT covers the releaser's grant */
+                     * it ours (a forged message finds it not ours: a retry), and with
+                     * min_replicas its WAIT covers the releaser's grant */
                     out->granted = 0;
                     continue;
                 }

@@ -1612,3 +1612,53 @@ Test(mutex, orphan_of_failed_lock_is_adopted, .timeout = 60)
     rs_client_close(c);
     ts_server_stop(&s);
 }
+
+/* A peer that can read the queue keys sees the whole acquisition id: with confirm_wakeups
+ * the woken waiter asks Redis once more, so even its forged grant only causes a retry */
+Test(mutex, forged_wakeup_by_key_reader_with_confirm, .timeout = 60)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *holder = tu_open_client(&s, 5000, 2000, NULL);
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = s.url;
+    cfg.lease_ms = 5000;
+    cfg.timeout_ms = 2000;
+    cfg.confirm_wakeups = 1;
+    rs_client_t *waiter = NULL;
+    cr_assert_eq(rs_client_open(&waiter, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    rs_mutex_t *mh = new_mutex(holder, "forgedk");
+    forged_waiter_t w = {.m = new_mutex(waiter, "forgedk")};
+    cr_assert_eq(rs_mutex_lock(mh), 0);
+    uint64_t f0 = rs_mutex_fence(mh);
+    pthread_t th;
+    tu_thread_start(&th, forged_wait_main, &w);
+    cr_assert(wait_zcard(&s, "forgedk", 1, 5000), "the waiter never queued");
+
+    char acqid[128] = "";
+    redisContext *rc = ts_connect(&s);
+    cr_assert_not_null(rc);
+    redisReply *q = redisCommand(rc, "ZRANGE rs:{forgedk}:mutex:q 0 0");
+    cr_assert(q && q->type == REDIS_REPLY_ARRAY && q->elements == 1, "the queue entry");
+    snprintf(acqid, sizeof acqid, "%s", q->element[0]->str);
+    freeReplyObject(q);
+    redisFree(rc);
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s %llu", acqid, (unsigned long long)f0 + 1000000);
+    long long got = ts_cmd_int(&s, "PUBLISH rs:client:%s %s", rs_client_id(waiter), msg);
+    cr_expect_eq(got, 1, "the forged grant did not reach the waiter's subscriber");
+    tu_sleep_ms(300);
+    cr_expect_eq(atomic_load(&w.done), 0, "a forged grant with the real id was trusted");
+    cr_expect_eq(zcard_q(&s, "forgedk"), 1, "the waiter left the queue");
+
+    cr_expect_eq(rs_mutex_unlock(mh), 0);
+    cr_assert(tu_thread_join(th, &w.done, 10000), "the waiter was not served after the release");
+    cr_expect_eq(w.rc, 0, "waiter: %d", w.rc);
+    cr_expect(w.fence > f0 && w.fence != f0 + 1000000, "token %llu", (unsigned long long)w.fence);
+    rs_mutex_destroy(w.m);
+    rs_mutex_destroy(mh);
+    rs_client_close(waiter);
+    rs_client_close(holder);
+    ts_server_stop(&s);
+}
