@@ -132,13 +132,17 @@ static int dial_all(rs_client_t *c, unsigned want, int have, uint64_t deadline,
 typedef void (*rl_build_fn)(void *arg, int j, rs_argv_t *out);
 
 /* Writes commands 0..ncmd-1 (built by build) on every ctx[i] != NULL, then reads the ncmd
- * replies of each, polling all sockets together, until deadline. rep[i * ncmd + j] is reply
- * j of master i (NULL if it did not come). Returns the masters whose connection must be
- * dropped: a failed write, or replies missing (a late one would be read as the answer to
- * the next command sent there). */
+ * replies of each, polling all sockets together, until deadline, or until `enough` masters
+ * have answered and the others were given as long again as that took (at least 2 ms): a
+ * master that hangs (SIGSTOP, a stalled disk) must not cost every round its whole budget,
+ * which made the clients that had not yet marked it down lose every race for the lock to
+ * those that had. rep[i * ncmd + j] is reply j of master i (NULL if it did not come).
+ * Returns the masters whose connection must be dropped: a failed write, or replies missing
+ * (a late one would be read as the answer to the next command sent there). */
 static unsigned fanout(redisContext **ctx, int n, rl_build_fn build, void *arg, int ncmd,
-                       uint64_t deadline, redisReply **rep)
+                       int enough, uint64_t deadline, redisReply **rep)
 {
+    uint64_t t0 = rs__now_ns();
     unsigned broken = 0, pending = 0;
     int got[RS_SEEDS_MAX] = {0};
     sigset_t old;
@@ -180,6 +184,18 @@ static unsigned fanout(redisContext **ctx, int n, rl_build_fn build, void *arg, 
             }
             if (got[i] == ncmd)
                 pending &= ~(1u << i);
+        }
+        int complete = 0;
+        for (int i = 0; i < n; i++)
+            complete += ctx[i] && got[i] == ncmd;
+        if (enough > 0 && complete >= enough && deadline > t0) {
+            /* the quorum is in: the stragglers get as long again as it took */
+            uint64_t now = rs__now_ns(), grace = now - t0;
+            if (grace < 2 * RS_NS_PER_MS)
+                grace = 2 * RS_NS_PER_MS;
+            if (now + grace < deadline)
+                deadline = now + grace;
+            enough = 0; /* the new deadline is fixed once */
         }
         long left = ms_left(deadline);
         if (!pending || left <= 0)
@@ -291,7 +307,12 @@ static void rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
         if (!any)
             return;
         redisReply *got[RS_SEEDS_MAX] = {0};
-        unsigned broken = fanout(ctx, n, build_one, &oc, 1, deadline, got);
+        int answered = 0;
+        for (int i = 0; i < n; i++)
+            answered += rep[i] != NULL;
+        int enough = rs__rl_quorum(c) - answered;
+        unsigned broken = fanout(ctx, n, build_one, &oc, 1, enough > 0 ? enough : 1, deadline,
+                                 got);
         int reload = 0;
         for (int i = 0; i < n; i++) {
             if (!ctx[i])
@@ -460,7 +481,12 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
             rs__clear_error();
             return 0;
         }
-        /* not ours: undo every grant (and what the silent masters may have granted) */
+        /* not ours: undo every grant (and what the silent masters may have granted; not on a
+         * master marked down: dialling it again would cost the round's budget, and a grant it
+         * may hold expires with its lease) */
+        for (int i = 0; i < n; i++)
+            if (!rep[i] && is_down(c, i))
+                undo &= ~(1u << i);
         release_on(k, undo);
         if (mine >= q && rs__watch_holds(c, k->h->key[0], k->h->klen[0], k->token, k->toklen))
             return rs__fail(c, EDEADLK, "this thread already holds %s \"%.*s\"", k->h->kind,
@@ -479,9 +505,18 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         }
         rs__clear_error();
         /* a holder on a quorum: sleep until a wake-up or its lease; a split vote, a grant that
-         * came too late, or an old hold of ours (its release lost): a random back-off */
+         * came too late, or an old hold of ours (its release lost): a random back-off, slept
+         * here: the wait loop would cut it short at the wake-up that the other side's release
+         * sends, and two clients that split the vote would then meet again in lockstep (seen
+         * with one master of three paused: two of them took one master each, forever) */
         out->granted = 0;
-        out->retry_ms = busy >= q && busy_ttl > 0 ? busy_ttl : backoff_ms(lease);
+        if (busy >= q && busy_ttl > 0) {
+            out->retry_ms = busy_ttl;
+        } else {
+            long nap = backoff_ms(lease);
+            rs__sleep_ns((uint64_t)nap * RS_NS_PER_MS);
+            out->retry_ms = 1;
+        }
         return 0;
     }
 }
@@ -594,7 +629,7 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
         for (int i = 0; i < nm; i++)
             if (todo & (1u << i))
                 ctx[i] = c->wd.cctx[i];
-        unsigned broken = fanout(ctx, nm, build_renew, &rc, n, deadline, rep);
+        unsigned broken = fanout(ctx, nm, build_renew, &rc, n, rs__rl_quorum(c), deadline, rep);
         unsigned again = 0;
         for (int i = 0; i < nm; i++) {
             if (!ctx[i])

@@ -315,8 +315,9 @@ Test(client, config_init_zeroes_everything)
     cr_assert_null(cfg.on_lost_arg);
     cr_assert_null((void *)(uintptr_t)cfg.log);
     cr_assert_null(cfg.log_arg);
-    for (int i = 0; i < 8; i++)
-        cr_assert_null(cfg.reserved[i], "reserved[%d] not zeroed", i);
+    cr_assert_eq(cfg.confirm_wakeups, 0);
+    for (size_t i = 0; i < sizeof cfg.reserved / sizeof cfg.reserved[0]; i++)
+        cr_assert_null(cfg.reserved[i], "reserved[%zu] not zeroed", i);
     cr_assert_eq(memcmp(&cfg, &zero, sizeof cfg), 0, "some byte of rs_config_t is not zero");
     rs_config_init(NULL); /* must not crash */
 }

@@ -52,7 +52,7 @@ typedef struct masters {
 static void masters_up(masters_t *m)
 {
     memset(m, 0, sizeof *m);
-    int n = snprintf(m->url, sizeof m->url, "redlock://");
+    int n = snprintf(m->url, sizeof m->url, "redlock://%s", ts_acl_userinfo());
     for (int i = 0; i < NM; i++) {
         cr_assert_eq(ts_server_start(&m->s[i], NULL), 0, "cannot start redis-server %d", i);
         n += snprintf(m->url + n, sizeof m->url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",

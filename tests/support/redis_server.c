@@ -307,6 +307,11 @@ const char *ts_deploy_userinfo(void)
     return acl_mode() ? TS_DEP_USER ":" TS_DEP_PASS "@" : "";
 }
 
+const char *ts_acl_userinfo(void)
+{
+    return acl_mode() ? TS_ACL_USER ":" TS_ACL_PASS "@" : "";
+}
+
 static int acl_mode(void)
 {
     const char *v = getenv("RS_TEST_ACL");

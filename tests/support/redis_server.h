@@ -112,6 +112,9 @@ const char *ts_unique_prefix(char *buf, size_t len);
  * RS_TEST_ACL (make test-acl: a user with exactly the deployment rights of
  * docs/security.md), else "". */
 const char *ts_deploy_userinfo(void);
+/* The same for URLs that need only the single-server rights (redlock://): the user that
+ * ts_server_t.url logs in as. */
+const char *ts_acl_userinfo(void);
 
 #ifdef __cplusplus
 }
