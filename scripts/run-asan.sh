@@ -14,9 +14,25 @@
 # seen once under heavy machine load). A failing first run is therefore printed in full and
 # the WHOLE suite is run again: the target passes only if that second run is entirely clean.
 # A real memory error, leak or failure shows up in both runs and fails the target.
+#
+# Criterion 2.4.1's own runner process (not a test, not our code) leaks a few hundred bytes
+# allocated inside libcriterion.so once the suite has enough tests. A report made only of
+# leaks whose allocation site (the frame right above the allocator) is in libcriterion.so
+# is therefore shown but not counted; any other report, or any leak allocated elsewhere in
+# that report, fails the run.
 set -u
 reports=$1
 shift
+
+# 0 if report $1 holds only leaks allocated inside libcriterion.so
+criterion_only() {
+    awk '
+        /ERROR: / && !/LeakSanitizer: detected memory leaks/ { other = 1 }
+        /^(Direct|Indirect) leak of/ { blocks++; want = 1; next }
+        want && /^ *#1 / { if ($0 ~ /libcriterion\.so/) ok++; want = 0 }
+        END { exit !(other == 0 && blocks > 0 && ok == blocks) }
+    ' "$1"
+}
 
 run() {
     rm -rf "$reports" && mkdir -p "$reports"
@@ -24,7 +40,15 @@ run() {
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:log_path=$reports/asan" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan" \
         "$@" || status=$?
-    found=$(ls "$reports")
+    found=""
+    for r in $(ls "$reports"); do
+        if criterion_only "$reports/$r"; then
+            echo "check-asan: $r: leaks allocated inside libcriterion.so only (Criterion's runner), not counted:"
+            cat "$reports/$r"
+        else
+            found="$found $r"
+        fi
+    done
     if [ -n "$found" ]; then
         for r in $found; do echo "==== $reports/$r"; cat "$reports/$r"; done
         echo "check-asan: sanitizer reports from $(echo $found | wc -w) process(es), above" >&2
