@@ -37,18 +37,27 @@ criterion_only() {
 run() {
     rm -rf "$reports" && mkdir -p "$reports"
     status=0
+    out="$reports.out"
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:log_path=$reports/asan" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan" \
-        "$@" || status=$?
-    found=""
+        "$@" > "$out" 2>&1 || status=$?
+    cat "$out"
+    found="" excused=0
     for r in $(ls "$reports"); do
         if criterion_only "$reports/$r"; then
             echo "check-asan: $r: leaks allocated inside libcriterion.so only (Criterion's runner), not counted:"
             cat "$reports/$r"
+            excused=1
         else
             found="$found $r"
         fi
     done
+    # LeakSanitizer makes the runner exit non-zero for its own leak: then the run's verdict
+    # is Criterion's summary line
+    if [ "$status" -ne 0 ] && [ "$excused" -eq 1 ] && [ -z "$found" ] &&
+        grep -q 'Synthesis: Tested: [0-9]* | Passing: [0-9]* | Failing: 0 | Crashing: 0' "$out"; then
+        status=0
+    fi
     if [ -n "$found" ]; then
         for r in $found; do echo "==== $reports/$r"; cat "$reports/$r"; done
         echo "check-asan: sanitizer reports from $(echo $found | wc -w) process(es), above" >&2
