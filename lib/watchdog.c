@@ -580,6 +580,21 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
+/* The watchdog's connections: the single/Sentinel one and one per Cluster node or Redlock
+ * master. */
+static void free_conns(rs_client_t *c)
+{
+    if (c->wd.ctx) {
+        redisFree(c->wd.ctx);
+        c->wd.ctx = NULL;
+    }
+    for (int i = 0; i < RS_NODES_MAX; i++)
+        if (c->wd.cctx[i]) {
+            redisFree(c->wd.cctx[i]);
+            c->wd.cctx[i] = NULL;
+        }
+}
+
 void rs__watchdog_stop(rs_client_t *c)
 {
     pthread_mutex_lock(&c->wd.mu);
@@ -590,15 +605,7 @@ void rs__watchdog_stop(rs_client_t *c)
     if (started)
         pthread_join(c->wd.thread, NULL);
     c->wd.started = 0;
-    if (c->wd.ctx) {
-        redisFree(c->wd.ctx);
-        c->wd.ctx = NULL;
-    }
-    for (int i = 0; i < RS_NODES_MAX; i++)
-        if (c->wd.cctx[i]) {
-            redisFree(c->wd.cctx[i]);
-            c->wd.cctx[i] = NULL;
-        }
+    free_conns(c);
 }
 
 void rs__watchdog_forget(rs_client_t *c)
@@ -616,8 +623,5 @@ void rs__watchdog_forget(rs_client_t *c)
         free(r->name);
         free(r);
     }
-    if (c->wd.ctx) {
-        redisFree(c->wd.ctx);
-        c->wd.ctx = NULL;
-    }
+    free_conns(c); /* the child's copies of the descriptors; the parent's stay open */
 }
