@@ -126,6 +126,25 @@ Test(sentinel, lock_unlock)
     rs_mutex_destroy(m);
     rs_client_close(c);
 
+    /* ?db=N: the master's database N (with the ACL user under test-acl: SELECT is allowed) */
+    snprintf(url, sizeof url, "%s?db=3", t.url);
+    cfg = config(url, prefix, 0);
+    cr_assert_eq(rs_client_open(&c, &cfg), 0, "open: %s", rs_client_lasterror(NULL));
+    cr_assert_eq(rs_mutex_init(&m, c, "job3"), 0);
+    cr_assert_eq(rs_mutex_lock(m), 0, "lock: %s", rs_client_lasterror(c));
+    redisContext *rc = ts_connect(&t.master);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommand(rc, "SELECT 3");
+    freeReplyObject(r);
+    r = redisCommand(rc, "EXISTS %s:{job3}:mutex", prefix);
+    cr_expect(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1, "the hold is not in db 3");
+    freeReplyObject(r);
+    redisFree(rc);
+    cr_expect_eq(ts_cmd_int(&t.master, "EXISTS %s:{job3}:mutex", prefix), 0, "the hold is in db 0");
+    cr_expect_eq(rs_mutex_unlock(m), 0);
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+
     /* a master the sentinels do not know: RS_ECONN within timeout_ms, saying why */
     snprintf(url, sizeof url, "redis-sentinel://%s127.0.0.1:%d/nosuch", ts_deploy_userinfo(),
              t.sent[0].port);
