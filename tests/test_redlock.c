@@ -463,34 +463,19 @@ static int all_ok(shared_t *sh, int phase, int n)
     return 1;
 }
 
+/* Reaps the workers by the deadline; one still running then is killed and reported. */
 static void reap(shared_t *sh, pid_t *pids, long long until)
 {
-    int done[NWORKERS] = {0};
-    for (;;) {
-        int left = 0;
-        for (int i = 0; i < NWORKERS; i++) {
-            int st = 0;
-            if (done[i])
-                continue;
-            if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
-                done[i] = 1;
-                cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d: status %d (%s)", i,
-                          st, sh->lasterr[i]);
-            } else {
-                left++;
-            }
-        }
-        if (!left || tu_mono_ms() >= until)
-            break;
-        tu_sleep_ms(20);
-    }
-    for (int i = 0; i < NWORKERS; i++)
-        if (!done[i]) {
-            kill(pids[i], SIGKILL);
-            waitpid(pids[i], NULL, 0);
+    for (int i = 0; i < NWORKERS; i++) {
+        long long left = until - tu_mono_ms();
+        int st = tu_reap(pids[i], left > 0 ? (long)left : 0);
+        if (st == -1)
             cr_expect_fail("worker %d did not stop (a call that never returned?): %s", i,
                            sh->lasterr[i]);
-        }
+        else
+            cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "worker %d: status %d (%s)", i, st, sh->lasterr[i]);
+    }
 }
 
 #define KILL_NONE 0

@@ -356,35 +356,16 @@ static long long until_in(long long ms)
 /* Reaps the workers by the deadline; a worker still running then is killed and reported. */
 static void reap_workers(shared_t *sh, const pid_t *pids, long long until)
 {
-    int done[NWORKERS] = {0};
-    for (;;) {
-        int left = 0;
-        for (int i = 0; i < NWORKERS; i++) {
-            int st = 0;
-            if (done[i])
-                continue;
-            if (waitpid(pids[i], &st, WNOHANG) == pids[i]) {
-                done[i] = 1;
-                cr_log_info("worker %d: last error: %s", i, sh->lasterr[i]);
-                cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d: status %d (%s)", i,
-                          st, sh->lasterr[i]);
-            } else {
-                left++;
-            }
-        }
-        if (!left)
-            return;
-        if (tu_mono_ms() >= until)
-            break;
-        tu_sleep_ms(20);
-    }
     for (int i = 0; i < NWORKERS; i++) {
-        if (done[i])
-            continue;
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], NULL, 0);
-        cr_expect_fail("worker %d did not stop (a call that never returned?); last error: %s", i,
-                       sh->lasterr[i]);
+        long long left = until - tu_mono_ms();
+        int st = tu_reap(pids[i], left > 0 ? (long)left : 0);
+        cr_log_info("worker %d: last error: %s", i, sh->lasterr[i]);
+        if (st == -1)
+            cr_expect_fail("worker %d did not stop (a call that never returned?); last error: %s",
+                           i, sh->lasterr[i]);
+        else
+            cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "worker %d: status %d (%s)", i, st, sh->lasterr[i]);
     }
 }
 

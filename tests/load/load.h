@@ -32,6 +32,7 @@
 
 #include "redis_server.h"
 #include "redisync.h"
+#include "test_util.h"
 
 #define LD_PROCS_MAX 256
 #define LD_THREADS_MAX 32
@@ -114,7 +115,5 @@ int ld_keys(const ts_server_t *s, ld_redis_t *out);
 int ld_report(const ld_config_t *cfg, const ld_shared_t *sh, const ld_redis_t *rd,
               int crashed, double run_s);
 
-long long ld_mono_ms(void);
-void ld_sleep_ms(long ms);
 
 #endif

@@ -23,20 +23,6 @@
 
 #include "load.h"
 
-long long ld_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void ld_sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
-
 static void usage(void)
 {
     fprintf(stderr, "usage: redisync-load [--procs P (64)] [--threads T (4)] [--names N (16)]\n"
@@ -184,65 +170,65 @@ int main(int argc, char **argv)
         pids[i] = p;
     }
     /* every process ready (its client open and handles made), or one failed to set up */
-    for (long long until = ld_mono_ms() + 60000; atomic_load(&sh->go) == 0;) {
+    for (long long until = tu_mono_ms() + 60000; atomic_load(&sh->go) == 0;) {
         int ready = 0;
         for (int i = 0; i < cfg.procs; i++)
             ready += atomic_load(&sh->proc[i].ready);
         if (ready == cfg.procs)
             break;
-        if (ld_mono_ms() > until) {
+        if (tu_mono_ms() > until) {
             fprintf(stderr, "load: only %d of %d processes ready after 60 s\n", ready, cfg.procs);
             atomic_store(&sh->go, -1);
         }
-        ld_sleep_ms(20);
+        tu_sleep_ms(20);
     }
     int aborted = atomic_load(&sh->go) < 0;
     char ok[16];
     if (!aborted && !ts_cmd_str(&srv, ok, sizeof ok, "CONFIG RESETSTAT"))
         fprintf(stderr, "load: CONFIG RESETSTAT failed; command counts include the setup\n");
-    long long t0 = ld_mono_ms();
+    long long t0 = tu_mono_ms();
     atomic_store(&sh->end_ms, t0 + cfg.seconds * 1000LL);
     if (!aborted)
         atomic_store(&sh->go, 1);
 
     /* the run: sample memory, report progress every 10 s */
     long long next_note = t0 + 10000;
-    while (ld_mono_ms() < atomic_load(&sh->end_ms) && !aborted) {
-        ld_sleep_ms(200);
+    while (tu_mono_ms() < atomic_load(&sh->end_ms) && !aborted) {
+        tu_sleep_ms(200);
         long long m = ld_used_memory(&srv);
         if (m > rd.mem_peak)
             rd.mem_peak = m;
-        if (ld_mono_ms() >= next_note) {
+        if (tu_mono_ms() >= next_note) {
             long acq = 0;
             for (int i = 0; i < cfg.procs; i++)
                 for (int k = 0; k < K_NKINDS; k++)
                     acq += atomic_load(&sh->proc[i].acq[k]);
-            printf("load: %lld s: %ld acquisitions, used_memory %lld\n", (ld_mono_ms() - t0) / 1000,
+            printf("load: %lld s: %ld acquisitions, used_memory %lld\n", (tu_mono_ms() - t0) / 1000,
                    acq, m);
             next_note += 10000;
         }
     }
-    double run_s = (double)(ld_mono_ms() - t0) / 1000.0;
-    for (long long until = ld_mono_ms() + 60000; reap(pids, cfg.procs, &failed) > 0;) {
-        if (ld_mono_ms() > until) {
+    double run_s = (double)(tu_mono_ms() - t0) / 1000.0;
+    for (long long until = tu_mono_ms() + 60000; reap(pids, cfg.procs, &failed) > 0;) {
+        if (tu_mono_ms() > until) {
             for (int i = 0; i < cfg.procs; i++)
                 if (pids[i]) {
                     fprintf(stderr, "load: process %d (pid %d) still running; killed\n", i,
                             (int)pids[i]);
                     kill(pids[i], SIGKILL);
                 }
-            until = ld_mono_ms() + 60000;
+            until = tu_mono_ms() + 60000;
         }
-        ld_sleep_ms(20);
+        tu_sleep_ms(20);
     }
-    long long closed = ld_mono_ms();
+    long long closed = tu_mono_ms();
     if (ld_commandstats(&srv, &rd) != 0)
         fprintf(stderr, "load: cannot read INFO commandstats\n");
 
     long long bound = closed + 2 * cfg.lease_ms + 15000;
-    while (!settled(&srv, &cfg, &rd) && ld_mono_ms() < bound)
-        ld_sleep_ms(250);
-    rd.settle_s = (double)(ld_mono_ms() - closed) / 1000.0;
+    while (!settled(&srv, &cfg, &rd) && tu_mono_ms() < bound)
+        tu_sleep_ms(250);
+    rd.settle_s = (double)(tu_mono_ms() - closed) / 1000.0;
     if (cfg.verbose)
         dump_memory(&srv, "after");
     rd.mem_scripts_after = ts_info_ll(&srv, "memory", "used_memory_scripts_eval", NULL);

@@ -57,7 +57,7 @@ int ld_warm_up(const ld_config_t *cfg, const ts_server_t *srv)
     rc = once(c, cfg->sem_size);
     int rc2 = rs_client_close(c);
     /* the server counts only the connection asking once the client's are gone */
-    for (long long until = ld_mono_ms() + 5000; ld_mono_ms() < until; ld_sleep_ms(20))
+    for (long long until = tu_mono_ms() + 5000; tu_mono_ms() < until; tu_sleep_ms(20))
         if (ts_info_ll(srv, "clients", "connected_clients", NULL) == 1)
             break;
     return rc ? rc : rc2;

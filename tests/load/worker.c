@@ -134,7 +134,7 @@ static void section(proc_t *p, int kind, int n)
         sched_yield(); /* a window for a second holder to show, if there were one */
         atomic_store_explicit(&nm->count[kind], v + 1, memory_order_relaxed);
     } else {
-        ld_sleep_ms(1); /* shared holds last long enough to overlap, or sharing goes untested */
+        tu_sleep_ms(1); /* shared holds last long enough to overlap, or sharing goes untested */
     }
     atomic_fetch_sub(&nm->in[kind], 1);
 }
@@ -203,7 +203,7 @@ static void one(thread_t *t)
 static void *thread_main(void *arg)
 {
     thread_t *t = arg;
-    while (ld_mono_ms() < atomic_load(&t->p->sh->end_ms))
+    while (tu_mono_ms() < atomic_load(&t->p->sh->end_ms))
         one(t);
     return NULL;
 }
@@ -251,7 +251,7 @@ void ld_worker(const ld_config_t *cfg, ld_shared_t *sh, int i)
     }
     atomic_store(&p->me->ready, 1);
     while (atomic_load(&sh->go) == 0)
-        ld_sleep_ms(2);
+        tu_sleep_ms(2);
     if (status == 0 && atomic_load(&sh->go) > 0) {
         pthread_t th[LD_THREADS_MAX];
         thread_t t[LD_THREADS_MAX];
