@@ -206,6 +206,13 @@ static void *notify_main(void *arg)
                                      rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS, 0, &ctx);
         pthread_mutex_lock(&c->nt.mu);
         lk->conn_gen = gen;
+        if (rc == 0 && gen != rs__topo_gen(c) && !c->nt.stop) {
+            /* the master moved while we connected: rs__notify_topology found no socket to
+             * shut down, and this one may reach the old master, which takes no more
+             * publishes but answers until it is demoted. Connect again, at once. */
+            redisFree(ctx);
+            continue;
+        }
         if (rc == 0 && !c->nt.stop && subscribe_locked(c, lk, ctx) != 0)
             rc = RS_ECONN;
         if (rc != 0 || c->nt.stop) {
