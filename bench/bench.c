@@ -405,7 +405,8 @@ static int raw_argv(const raw_t *r, const prim_t *p, const char *op, const char 
 static int op_raw(raw_t *r, const prim_t *p)
 {
     char acqid[48];
-    snprintf(acqid, sizeof acqid, "%s:%llx", r->idpfx, r->acq_no++);
+    snprintf(acqid, sizeof acqid, "%s:%llx.%016llx", r->idpfx, r->acq_no, r->acq_no * 0x9e3779b97f4a7c15ULL);
+    r->acq_no++;
     const char *argv[RAW_ARGC_MAX];
     size_t lens[RAW_ARGC_MAX];
     int n = raw_argv(r, p, "acq", acqid, argv, lens);
@@ -480,14 +481,19 @@ static int parse_monitor(const char *line, cmdline_t *out)
     return out->argc;
 }
 
-/* "HEX{nhex}:HEX+" (nhex 0: any length of at least 1) */
-static int id_shaped(const char *s, size_t nhex)
+/* "HEX{nhex}:HEX+", and with secret "HEX{nhex}:HEX+.HEX{16}" (an acquisition id, lib/hold.c) */
+static int id_shaped(const char *s, size_t nhex, int secret)
 {
     size_t i = strspn(s, "0123456789abcdef");
     if ((nhex && i != nhex) || !i || s[i] != ':')
         return 0;
     const char *t = s + i + 1;
-    return *t && strspn(t, "0123456789abcdef") == strlen(t);
+    size_t j = strspn(t, "0123456789abcdef");
+    if (!j)
+        return 0;
+    if (!secret)
+        return t[j] == '\0';
+    return t[j] == '.' && strspn(t + j + 1, "0123456789abcdef") == 16 && t[j + 17] == '\0';
 }
 
 /* Runs p's library lock + unlock once under MONITOR and compares the two EVALSHAs it sends
@@ -531,7 +537,7 @@ static int check_b_matches_library(const ts_server_t *srv, raw_t *r, prim_t *p)
     for (int k = 0; k < 2; k++) {
         const char *argv[RAW_ARGC_MAX];
         size_t lens[RAW_ARGC_MAX];
-        int n = raw_argv(r, p, ops[k], "0123456789abcdef:1", argv, lens);
+        int n = raw_argv(r, p, ops[k], "0123456789abcdef:1.0123456789abcdef", argv, lens);
         if (got[k].argc != n) {
             fail("%s: b's %s sends %d arguments, the library's %d", p->label, ops[k], n,
                  got[k].argc);
@@ -540,8 +546,8 @@ static int check_b_matches_library(const ts_server_t *srv, raw_t *r, prim_t *p)
         }
         for (int i = 0; i < n; i++) {
             const char *lib = got[k].arg[i];
-            int same = i == ARG_TOKEN(p)   ? id_shaped(lib, 32) && strlen(lib) <= lens[i] + 8
-                       : i == ARG_ACQID(p) ? id_shaped(lib, 16)
+            int same = i == ARG_TOKEN(p)   ? id_shaped(lib, 32, 0) && strlen(lib) <= lens[i] + 8
+                       : i == ARG_ACQID(p) ? id_shaped(lib, 16, 1)
                                            : strlen(lib) == lens[i] &&
                                                  memcmp(lib, argv[i], lens[i]) == 0;
             if (!same) {
