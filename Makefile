@@ -219,9 +219,9 @@ endif
 
 # ---- generated sources -------------------------------------------------------------------
 # All Lua scripts become C data in one pair of files; see scripts/embed-lua.sh.
-$(GEN)/scripts.c $(GEN)/scripts.h &: $(LUA_SRCS) primitives/common.lua scripts/embed-lua.sh
+$(GEN)/scripts.c $(GEN)/scripts.h &: $(LUA_SRCS) primitives/core.lua primitives/common.lua scripts/embed-lua.sh
 	@mkdir -p $(@D)
-	sh scripts/embed-lua.sh -p primitives/common.lua $(GEN)/scripts.c $(GEN)/scripts.h $(LUA_SRCS)
+	sh scripts/embed-lua.sh -p primitives/core.lua -c primitives/common.lua $(GEN)/scripts.c $(GEN)/scripts.h $(LUA_SRCS)
 
 # The linker's version script, a second fence behind -fvisibility=hidden: rs_ followed by
 # anything but '_' is exported; rs__ internals and everything else stay local.

@@ -1,29 +1,12 @@
--- common.lua - the helpers every primitive script shares. scripts/embed-lua.sh puts this
--- text in front of each primitives/NAME/NAME.lua at build time, so Redis still receives one
--- self-contained script per primitive (one EVALSHA, one SHA1). Nothing here reads KEYS or
--- ARGV: the keys are passed in, so each script keeps its own key layout.
+-- common.lua - the helpers every primitive script shares beyond primitives/core.lua. At build
+-- time scripts/embed-lua.sh splices this text into each primitives/NAME/NAME.lua at its line
+-- "-- @common" (in front of it without one), after core.lua, so Redis still receives one
+-- self-contained script per primitive (one EVALSHA, one SHA1). Nothing here reads ARGV, and
+-- only wrong_type reads KEYS: keys are passed in, so each script keeps its own key layout.
 --
 -- Waiter queues (mutex, rwlock, semaphore) are a zset Q (acquisition id -> arrival number,
 -- FIFO) plus a hash QI (acquisition id -> "EXPIRYMS LEASEMS TOKENHASH[ MORE]"): an entry is
 -- a lease of its own, renewed by the waiter's watchdog, so a crashed waiter is skipped.
-
-local FENCE_TTL = 2592000000 -- a fencing counter lives 30 days after its last grant
-
-local function fmt(x)
-  return string.format('%d', x)
-end
-
--- Server time in milliseconds and in microseconds (the client's clock is never used).
-local function clock()
-  local t = redis.call('TIME')
-  local s, us = tonumber(t[1]), tonumber(t[2])
-  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
-end
-
--- Raises key's TTL to at least ms (never lowers it).
-local function extend(key, ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
-end
 
 -- nil if every key is absent or of its wanted type (want[i] for KEYS[i]), else the
 -- WRONGTYPE error to return before anything is written.
@@ -36,17 +19,6 @@ local function wrong_type(want, what)
     end
   end
   return nil
-end
-
--- Next fencing token of counter key fkey: counter + 1, but never below the server clock in
--- microseconds, so tokens keep rising even if the counter is lost (restart, failover,
--- expiry). The GET also checks the counter's type before it is written.
-local function next_fence(fkey, now_us)
-  local f = (tonumber(redis.call('GET', fkey)) or 0) + 1
-  if f < now_us then f = now_us end
-  local s = fmt(f)
-  redis.call('SET', fkey, s, 'PX', FENCE_TTL)
-  return s
 end
 
 -- Grants the mutex whose hash is lock (fencing counter fkey) to owner tokhash under

@@ -1,13 +1,18 @@
 #!/bin/sh
 # embed-lua.sh - turns the primitives' Lua scripts into C data at build time.
 #
-# Usage: scripts/embed-lua.sh [-p PRELUDE.lua] OUT.c OUT.h FILE.lua...
+# Usage: scripts/embed-lua.sh [-p CORE.lua] [-c COMMON.lua] OUT.c OUT.h FILE.lua...
 #
-# With -p, each script's body is PRELUDE followed by FILE (primitives/common.lua: the helpers
-# every primitive script shares), and the SHA1 is that of the whole body.
+# Each script's body is CORE, then FILE with COMMON spliced in at FILE's line "-- @common"
+# (or, without that line, in front of FILE); the SHA1 is that of the whole body. Two
+# preludes because Lua makes a closure for every `local function` each time a script runs,
+# and on a slow server that is a good part of a short call: CORE (primitives/core.lua: the
+# clock, the fencing counter, TTLs) is all that a primitive's uncontended acquire and
+# release need, so they sit above the marker and return before COMMON (the queue and type
+# helpers) and the rest of the script are ever defined.
 #
 # For each FILE with basename B (primitives/mutex/mutex.lua -> mutex), OUT.c gets
-#     static const unsigned char rs_lua_B[] = { 0x.., ... };      (the file's exact bytes,
+#     static const unsigned char rs_lua_B[] = { 0x.., ... };      (the body's exact bytes,
 #                                                                   no trailing NUL)
 #     const rs_script_t rs_script_B = { "B", rs_lua_B, sizeof rs_lua_B, "<sha1 of the bytes>" };
 # and OUT.h declares `extern const rs_script_t rs_script_B;`. rs_script_t is defined in
@@ -26,14 +31,18 @@ die() {
     exit 1
 }
 
-prelude=
-if [ "${1:-}" = "-p" ]; then
-    [ "$#" -ge 2 ] || die "usage: embed-lua.sh [-p PRELUDE.lua] OUT.c OUT.h FILE.lua..."
-    prelude=$2
-    [ -f "$prelude" ] && [ -r "$prelude" ] || die "$prelude: not a readable file"
+core=
+common=
+while [ "$#" -ge 2 ]; do
+    case "$1" in
+        -p) core=$2 ;;
+        -c) common=$2 ;;
+        *) break ;;
+    esac
+    [ -f "$2" ] && [ -r "$2" ] || die "$2: not a readable file"
     shift 2
-fi
-[ "$#" -ge 2 ] || die "usage: embed-lua.sh [-p PRELUDE.lua] OUT.c OUT.h FILE.lua..."
+done
+[ "$#" -ge 2 ] || die "usage: embed-lua.sh [-p CORE.lua] [-c COMMON.lua] OUT.c OUT.h FILE.lua..."
 out_c=$1
 out_h=$2
 shift 2
@@ -69,8 +78,20 @@ for f in "$@"; do
         *" $b "*) die "$f: a second script named '$b'" ;;
     esac
     seen="$seen$b "
-    # the body Redis receives: the prelude (if any), then the script
-    if [ -n "$prelude" ]; then cat "$prelude" "$f" >"$tmp_body"; else cat "$f" >"$tmp_body"; fi
+    # the body Redis receives: CORE, then the script with COMMON at its marker (or in front)
+    marks=$(awk '$0 == "-- @common" { n++ } END { print n + 0 }' "$f")
+    [ "$marks" -le 1 ] || die "$f: more than one '-- @common' line"
+    {
+        if [ -n "$core" ]; then cat "$core"; fi
+        if [ "$marks" -eq 0 ]; then
+            if [ -n "$common" ]; then cat "$common"; fi
+            cat "$f"
+        else
+            awk '$0 == "-- @common" { exit } { print }' "$f"
+            if [ -n "$common" ]; then cat "$common"; fi
+            awk 'seen { print } $0 == "-- @common" { seen = 1 }' "$f"
+        fi
+    } >"$tmp_body"
 
     # One pass of od gives the bytes; awk checks them and prints the initializer.
     # Exit codes from awk: 2 empty, 3 shebang, 4 non-ASCII (line:column in the message).

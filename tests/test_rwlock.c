@@ -1650,6 +1650,44 @@ static int listed(const info_t *in, const char *acq)
     return 0;
 }
 
+/* The uncontended paths (rwlock.lua's fast acquire and release) leave the full paths' work
+ * undone only where it is not needed: a reader's release still clears lapsed read holds and
+ * old tombstones (or readers alone would grow the zset), and a writer still finds a lapsed
+ * read hold and purges it before it takes the lock. */
+Test(rwlock, script_fast_paths_purge)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    redisContext *k = ts_connect(&s);
+    cr_assert_not_null(k);
+    unsigned long long f;
+
+    /* a lapsed read hold and an old tombstone (expiry 1 ms after the epoch) */
+    cr_assert_eq(ts_cmd_int(&s, "ZADD rs:{fp}:rwlock:rd 1 deadbeef 1 r:px:1"), 2);
+    cr_assert_eq(ts_cmd_int(&s, "HSET rs:{fp}:rwlock:ri deadbeef %s", "px:0.1 1 5 -"), 1);
+    cr_expect_eq(rx_acq(k, "fp", "tokA", "pa:1", "q", "r", &f, NULL), 1, "a reader shares");
+    cr_expect_eq(rx_int(k, "fp", "rel", "tokA", "pa:1", "r", NULL), 1);
+    cr_expect_eq(ts_cmd_int(&s, "ZSCORE rs:{fp}:rwlock:rd deadbeef"), -1, "lapsed hold kept");
+    cr_expect_eq(ts_cmd_int(&s, "ZSCORE rs:{fp}:rwlock:rd r:px:1"), -1, "old tombstone kept");
+    cr_expect_eq(ts_cmd_int(&s, "HLEN rs:{fp}:rwlock:ri"), 0, "lapsed hold's record kept");
+    cr_expect_eq(ts_cmd_int(&s, "ZCARD rs:{fp}:rwlock:rd"), 1, "only the new tombstone");
+    cr_expect_eq(rx_int(k, "fp", "rel", "tokA", "pa:1", "r", NULL), 1, "a retried release");
+
+    /* a writer behind a lapsed read hold: granted, the hold purged */
+    cr_assert_eq(ts_cmd_int(&s, "ZADD rs:{fp2}:rwlock:rd 1 deadbeef"), 1);
+    cr_assert_eq(ts_cmd_int(&s, "HSET rs:{fp2}:rwlock:ri deadbeef %s", "px:0.1 1 5 -"), 1);
+    cr_expect_eq(rx_acq(k, "fp2", "tokB", "pb:1", "t", "w", &f, NULL), 1, "writer granted");
+    cr_expect_eq(ts_cmd_int(&s, "HLEN rs:{fp2}:rwlock:ri"), 0);
+    cr_expect_eq(rx_int(k, "fp2", "rel", "tokB", "pb:1", "w", NULL), 1);
+    cr_expect_eq(rx_int(k, "fp2", "rel", "tokB", "pb:1", "w", NULL), 1, "a retried release");
+    cr_expect_eq(rx_int(k, "fp2", "rel", "tokC", "pc:1", "w", NULL), 0, "not a holder");
+    /* the keys outlive no hold by more than half a lease beyond the hold's own */
+    long long ttl = ts_cmd_int(&s, "PTTL rs:{fp2}:rwlock");
+    cr_expect(ttl > 0 && ttl <= 15000, "PTTL of the main key after the release: %lld", ttl);
+    redisFree(k);
+    ts_server_stop(&s);
+}
+
 Test(rwlock, script_info_and_force)
 {
     ts_server_t s;

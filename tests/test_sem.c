@@ -1104,6 +1104,49 @@ Test(sem, script_protocol)
     ts_server_stop(&s);
 }
 
+/* The uncontended paths (semaphore.lua's fast acquire and release): a grant still purges
+ * the tombstones whose time is up, a lapsed hold still gives its permits back, and a
+ * semaphore with more holds than the fast path looks at (64) still counts them all. */
+Test(sem, script_fast_paths)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    redisContext *k = ts_connect(&s);
+    cr_assert_not_null(k);
+    char f[32], id[32];
+
+    /* a tombstone due (TOMB_BASE + 1 ms): a grant purges it */
+    cr_assert_eq(ts_cmd_int(&s, "HSET rs:{fa}:sem s 3"), 1);
+    cr_assert_eq(ts_cmd_int(&s, "ZADD rs:{fa}:sem:holders 1000000000000001 px:1"), 1);
+    cr_assert_eq(ts_cmd_int(&s, "HSET rs:{fa}:sem:hi px:1 %s", "0 ab 5"), 1);
+    cr_expect_eq(sx_acq(k, "fa", "acq", "tokA", "pa:1", "q", "3", f, sizeof f, NULL), 1);
+    cr_expect(holder_is(&s, "fa", "px:1", -1), "the tombstone due is still there");
+    cr_expect_eq(ts_cmd_int(&s, "ZCARD rs:{fa}:sem:holders"), 1, "only the new hold");
+    cr_expect_eq(sx_int(k, "fa", "rel", "tokA", "pa:1", NULL), 1);
+    cr_expect_eq(sx_int(k, "fa", "rel", "tokA", "pa:1", NULL), 1, "a retried release");
+    cr_expect_eq(sx_taken(k, "fa"), 0);
+
+    /* a lapsed hold of 2 permits (expiry 1 ms): its permits come back */
+    cr_assert_eq(ts_cmd_int(&s, "ZADD rs:{fa}:sem:holders 1 px:2"), 1);
+    cr_assert_eq(ts_cmd_int(&s, "HSET rs:{fa}:sem:hi px:2 %s", "2 ab 6"), 1);
+    cr_expect_eq(sx_acq(k, "fa", "acq", "tokB", "pb:1", "t", "3", f, sizeof f, NULL), 1);
+    cr_expect(holder_is(&s, "fa", "px:2", -1), "the lapsed hold is still there");
+    cr_expect_eq(sx_int(k, "fa", "rel", "tokB", "pb:1", NULL), 1);
+
+    /* 70 holds of one permit each on a semaphore of 72: two more fit, a third does not */
+    cr_assert_eq(ts_cmd_int(&s, "HSET rs:{fm}:sem s 72"), 1);
+    for (int i = 0; i < 70; i++) {
+        snprintf(id, sizeof id, "pm:%d", i);
+        cr_assert_eq(sx_acq(k, "fm", "acq", "tokM", id, "t", "1", f, sizeof f, NULL), 1, "%s", id);
+    }
+    cr_expect_eq(sx_acq(k, "fm", "acq", "tokN", "pn:1", "t", "2", f, sizeof f, NULL), 1);
+    cr_expect_eq(sx_acq(k, "fm", "acq", "tokO", "po:1", "t", "1", f, sizeof f, NULL), 0,
+                 "the 73rd permit of 72");
+    cr_expect_eq(sx_taken(k, "fm"), 72);
+    redisFree(k);
+    ts_server_stop(&s);
+}
+
 /* A foreign key of another type: RS_ESERVER with the server's text, nothing written. */
 Test(sem, wrongtype_through_the_api)
 {

@@ -60,11 +60,8 @@ local TOMB_MS = 10000
 local MAX_LISTED = 8
 local op, mode = ARGV[1], ARGV[9]
 
--- The helpers of primitives/common.lua (fmt, clock, extend, next_fence, q_*) come before
--- this text.
-local function check_types()
-  return wrong_type({'hash', 'string', 'zset', 'hash', 'zset', 'hash'}, 'rwlock')
-end
+-- The helpers of primitives/core.lua (fmt, clock, extend, next_fence) come before this
+-- text; those of primitives/common.lua (q_*, wrong_type) at the line "-- @common" below.
 
 -- The next fencing token, also remembered as the latest grant of either mode ('g').
 local function next_token(now_us)
@@ -88,18 +85,107 @@ local function set_reader(tok, acq, n, f, last)
   redis.call('HSET', KEYS[6], tok, acq .. ' ' .. fmt(n) .. ' ' .. f .. ' ' .. last)
 end
 
--- Drops the holds whose lease ran out (and old read tombstones).
-local function purge(now_ms)
-  local w = redis.call('HMGET', KEYS[1], 'o', 'x')
-  if w[1] and (tonumber(w[2]) or 0) <= now_ms then
-    redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
-  end
+-- Drops the read holds whose lease ran out and the old read tombstones.
+local function purge_readers(now_ms)
   local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
   if #old == 0 then return end
   for _, m in ipairs(old) do
     if not is_tomb(m) then redis.call('HDEL', KEYS[6], m) end
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
+end
+
+local function grant_writer(tok, acq, lease, now_ms, now_us)
+  local f = next_fence(KEYS[2], now_us) -- 'g' goes with the hold's fields, in one call
+  redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', fmt(now_ms + tonumber(lease)),
+             'n', 1, 'e', '-', 'g', f)
+  extend_lazily(KEYS[1], tonumber(lease))
+  return f
+end
+
+local function grant_reader(tok, acq, lease, now_ms, now_us)
+  local f = next_token(now_us)
+  set_reader(tok, acq, 1, f, '-')
+  redis.call('ZADD', KEYS[5], fmt(now_ms + tonumber(lease)), tok)
+  extend_lazily(KEYS[1], tonumber(lease))
+  extend_lazily(KEYS[5], tonumber(lease))
+  extend_lazily(KEYS[6], tonumber(lease))
+  return f
+end
+
+-- Releases the write hold (its checks done) and remembers the release for a while, so that
+-- a retry of it is not taken for a loss.
+local function release_writer()
+  redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
+  if type(redis.pcall('HSET', KEYS[1], 'r', ARGV[3])) == 'number' then
+    extend_lazily(KEYS[1], math.max(tonumber(ARGV[4]), TOMB_MS))
+  end
+end
+
+-- Releases tok's read hold (its checks done), leaving a tombstone "r:ACQID" for the same.
+local function release_reader(tok, now_ms)
+  local tomb_ms = math.max(tonumber(ARGV[4]), TOMB_MS)
+  redis.call('HDEL', KEYS[6], tok)
+  redis.call('ZREM', KEYS[5], tok)
+  if type(redis.pcall('ZADD', KEYS[5], fmt(now_ms + tomb_ms), 'r:' .. ARGV[3])) == 'number' then
+    extend_lazily(KEYS[5], tomb_ms)
+  end
+end
+
+-- The uncontended acquire and release, first and in as few calls as possible: nobody queued,
+-- nothing to purge, refuse or admit. They return before the helpers below are defined
+-- (docs/performance.md, "Uncontended cost per primitive"). Their reads check the type of
+-- every key they write before the first write; anything else falls through to the full
+-- paths, which purge, check every key and admit waiters.
+if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
+  local tokhash = redis.sha1hex(ARGV[2])
+  if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') and
+      redis.call('HEXISTS', KEYS[1], 'o') == 0 and -- no writer, live or lapsed
+      redis.call('ZCARD', KEYS[3]) == 0 and
+      (mode == 'w' and redis.call('HLEN', KEYS[6]) == 0 or -- no read hold, live or lapsed
+       mode == 'r' and redis.call('HEXISTS', KEYS[6], tokhash) == 0) then -- not its own
+    redis.call('ZCARD', KEYS[5]) -- its type, as a reader's grant writes it
+    local now_ms, now_us = clock()
+    local f
+    if mode == 'w' then
+      f = grant_writer(tokhash, ARGV[3], ARGV[4], now_ms, now_us)
+    else
+      f = grant_reader(tokhash, ARGV[3], ARGV[4], now_ms, now_us)
+    end
+    return {1, f, tonumber(ARGV[4])}
+  end
+  if op == 'rel' then
+    local now_ms = clock()
+    if mode == 'w' then
+      local w = redis.call('HMGET', KEYS[1], 'o', 'a', 'x')
+      if w[1] == tokhash and w[2] == ARGV[3] and (tonumber(w[3]) or 0) > now_ms and
+          redis.call('ZCARD', KEYS[3]) == 0 then
+        release_writer()
+        return 1
+      end
+    elseif reader(tokhash) == ARGV[3] and
+        (tonumber(redis.call('ZSCORE', KEYS[5], tokhash)) or 0) > now_ms and
+        redis.call('ZCARD', KEYS[3]) == 0 then
+      purge_readers(now_ms) -- or a workload of readers alone would grow the zset
+      release_reader(tokhash, now_ms)
+      return 1
+    end
+  end
+end
+
+-- @common
+
+local function check_types()
+  return wrong_type({'hash', 'string', 'zset', 'hash', 'zset', 'hash'}, 'rwlock')
+end
+
+-- Drops the holds whose lease ran out (and old read tombstones).
+local function purge(now_ms)
+  local w = redis.call('HMGET', KEYS[1], 'o', 'x')
+  if w[1] and (tonumber(w[2]) or 0) <= now_ms then
+    redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
+  end
+  purge_readers(now_ms)
 end
 
 -- (after purge) whether a writer holds, and how many read holds there are
@@ -124,24 +210,6 @@ local function held_by(m, tok, acq, now_ms)
   local exp = tonumber(redis.call('ZSCORE', KEYS[5], tok)) or 0
   if exp <= now_ms then return nil end
   return rf, exp - now_ms
-end
-
-local function grant_writer(tok, acq, lease, now_ms, now_us)
-  local f = next_token(now_us)
-  redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', fmt(now_ms + tonumber(lease)),
-             'n', 1, 'e', '-')
-  extend(KEYS[1], tonumber(lease))
-  return f
-end
-
-local function grant_reader(tok, acq, lease, now_ms, now_us)
-  local f = next_token(now_us)
-  set_reader(tok, acq, 1, f, '-')
-  redis.call('ZADD', KEYS[5], fmt(now_ms + tonumber(lease)), tok)
-  extend(KEYS[1], tonumber(lease))
-  extend(KEYS[5], tonumber(lease))
-  extend(KEYS[6], tonumber(lease))
-  return f
 end
 
 local function drop(acq)
@@ -362,14 +430,9 @@ if op == 'acq' then
 end
 
 if op == 'rel' then
-  local tomb_ms = math.max(tonumber(ARGV[4]), TOMB_MS)
   if mode == 'w' then
     if held_by('w', tokhash, ARGV[3], now_ms) then
-      redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
-      -- remember the release for a while, so a retry of it is not taken for a loss
-      if type(redis.pcall('HSET', KEYS[1], 'r', ARGV[3])) == 'number' then
-        extend(KEYS[1], tomb_ms)
-      end
+      release_writer()
       promote(now_ms, now_us, nil)
       return 1
     end
@@ -377,11 +440,7 @@ if op == 'rel' then
     return 0
   end
   if held_by('r', tokhash, ARGV[3], now_ms) then
-    redis.call('HDEL', KEYS[6], tokhash)
-    redis.call('ZREM', KEYS[5], tokhash)
-    if type(redis.pcall('ZADD', KEYS[5], fmt(now_ms + tomb_ms), 'r:' .. ARGV[3])) == 'number' then
-      extend(KEYS[5], tomb_ms)
-    end
+    release_reader(tokhash, now_ms)
     promote(now_ms, now_us, nil)
     return 1
   end

@@ -58,11 +58,8 @@ local TOMB_MS = 10000
 local TOMB_BASE = 1000000000000000 -- score offset of tombstones (ms; far above any clock)
 local op = ARGV[1]
 
--- The helpers of primitives/common.lua (fmt, clock, extend, next_fence, q_*) come before
--- this text.
-local function check_types()
-  return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore')
-end
+-- The helpers of primitives/core.lua (fmt, clock, extend, next_fence) come before this
+-- text; those of primitives/common.lua (q_*, wrong_type) at the line "-- @common" below.
 
 -- "COUNT TOKENHASH FENCE" -> count, tokenhash, fence (nil if malformed)
 local function parse_holder(v)
@@ -70,6 +67,96 @@ local function parse_holder(v)
   local n, t, f = string.match(v, '^(%d+) (%x+) (%d+)$')
   return tonumber(n), t, f
 end
+
+-- Earliest lease expiry among live holders (for the busy reply's retry time).
+local earliest = nil
+local function saw_expiry(ms)
+  if not earliest or ms < earliest then earliest = ms end
+end
+
+local function grant(tok, acq, n, lease, now_ms, now_us)
+  local f = next_fence(KEYS[4], now_us)
+  redis.call('HSET', KEYS[3], acq, fmt(n) .. ' ' .. tok .. ' ' .. f)
+  redis.call('ZADD', KEYS[2], fmt(now_ms + lease), acq)
+  extend_lazily(KEYS[2], lease)
+  extend_lazily(KEYS[3], lease)
+  saw_expiry(now_ms + lease)
+  return f
+end
+
+-- Releases hold acq (owner tokhash t, fence f): frees it first, then leaves a tombstone if
+-- memory allows (a retried release is then not taken for a lost hold).
+local function release(acq, t, f, now_ms)
+  redis.call('ZREM', KEYS[2], acq)
+  redis.call('HDEL', KEYS[3], acq)
+  local keep = math.max(tonumber(ARGV[4]), TOMB_MS)
+  local ok = redis.pcall('ZADD', KEYS[2], fmt(TOMB_BASE + now_ms + keep), acq)
+  if type(ok) == 'number' then
+    if type(redis.pcall('HSET', KEYS[3], acq, '0 ' .. t .. ' ' .. f)) == 'number' then
+      extend_lazily(KEYS[2], keep)
+      extend_lazily(KEYS[3], keep)
+    else
+      redis.call('ZREM', KEYS[2], acq)
+    end
+  end
+end
+
+-- The uncontended acquire and release, first and in as few calls as possible: nobody queued,
+-- nothing lapsed to purge, enough permits free (or, for a release, nobody to serve). They
+-- return before the helpers below are defined (docs/performance.md, "Uncontended cost per
+-- primitive"). Their reads check the type of every key they write before the first write;
+-- anything else falls through to the full paths, which purge, check every key and serve.
+local FAST_MAX = 64 -- more holds (or tombstones due) than this: the full path
+if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
+  local n = tonumber(ARGV[9])
+  local size = tonumber(redis.call('HGET', KEYS[1], 's'))
+  if size and n and n >= 1 and n <= size and redis.call('ZCARD', KEYS[5]) == 0 then
+    local now_ms, now_us = clock()
+    local held = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(TOMB_BASE), 'WITHSCORES',
+                            'LIMIT', 0, FAST_MAX + 1)
+    local gone = redis.call('ZRANGEBYSCORE', KEYS[2], fmt(TOMB_BASE), fmt(TOMB_BASE + now_ms),
+                            'LIMIT', 0, FAST_MAX + 1)
+    local ids, ok = {ARGV[3]}, #held <= 2 * FAST_MAX and #gone <= FAST_MAX
+    for i = 1, #held, 2 do
+      ids[#ids + 1] = held[i]
+      if tonumber(held[i + 1]) <= now_ms then ok = false end -- a lapsed hold to purge
+    end
+    local info = ok and redis.call('HMGET', KEYS[3], unpack(ids)) or {true}
+    local taken = 0
+    for i = 2, #info do
+      local c = parse_holder(info[i])
+      if not c then ok = false else taken = taken + c end -- no record: the full path drops it
+    end
+    -- info[1]: this id holds already (a retry): the full path answers it
+    if ok and not info[1] and taken + n <= size then
+      -- grant() writes first: its GET has checked the fencing counter's type
+      local f = grant(redis.sha1hex(ARGV[2]), ARGV[3], n, tonumber(ARGV[4]), now_ms, now_us)
+      if #gone > 0 then
+        redis.call('ZREM', KEYS[2], unpack(gone))
+        redis.call('HDEL', KEYS[3], unpack(gone))
+      end
+      redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+      return {1, f, tonumber(ARGV[4])}
+    end
+  end
+elseif op == 'rel' then
+  local c, t, f = parse_holder(redis.call('HGET', KEYS[3], ARGV[3]))
+  if c and c >= 1 and t == redis.sha1hex(ARGV[2]) then
+    local now_ms = clock()
+    if (tonumber(redis.call('ZSCORE', KEYS[2], ARGV[3])) or 0) > now_ms and
+        redis.call('ZCARD', KEYS[5]) == 0 then
+      release(ARGV[3], t, f, now_ms)
+      return 1
+    end
+  end
+end
+
+-- @common
+
+local function check_types()
+  return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore')
+end
+
 
 -- The size, creating the record with the handle's initial size when it is absent (it expired
 -- after a long disuse, or was never created). nil when absent and the handle only attaches.
@@ -83,12 +170,6 @@ local function size_of()
   end
   redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
   return s
-end
-
--- Earliest lease expiry among live holders (for the busy reply's retry time).
-local earliest = nil
-local function saw_expiry(ms)
-  if not earliest or ms < earliest then earliest = ms end
 end
 
 -- Purges expired holders and tombstones, returns the permits the live holders have.
@@ -124,16 +205,6 @@ local function my_hold(acq, tokhash, now_ms)
   local exp = tonumber(redis.call('ZSCORE', KEYS[2], acq))
   if not exp or exp <= now_ms then return nil end
   return n, f, exp
-end
-
-local function grant(tok, acq, n, lease, now_ms, now_us)
-  local f = next_fence(KEYS[4], now_us)
-  redis.call('HSET', KEYS[3], acq, fmt(n) .. ' ' .. tok .. ' ' .. f)
-  redis.call('ZADD', KEYS[2], fmt(now_ms + lease), acq)
-  extend(KEYS[2], lease)
-  extend(KEYS[3], lease)
-  saw_expiry(now_ms + lease)
-  return f
 end
 
 local function drop(acq)
@@ -255,19 +326,7 @@ if op == 'rel' or op == 'give' then
     return 0
   end
   if op == 'rel' then
-    -- free first, then leave a tombstone if memory allows
-    redis.call('ZREM', KEYS[2], acq)
-    redis.call('HDEL', KEYS[3], acq)
-    local keep = math.max(tonumber(ARGV[4]), TOMB_MS)
-    local ok = redis.pcall('ZADD', KEYS[2], fmt(TOMB_BASE + now_ms + keep), acq)
-    if type(ok) == 'number' then
-      if type(redis.pcall('HSET', KEYS[3], acq, '0 ' .. t .. ' ' .. f)) == 'number' then
-        extend(KEYS[2], keep)
-        extend(KEYS[3], keep)
-      else
-        redis.call('ZREM', KEYS[2], acq)
-      end
-    end
+    release(acq, t, f, now_ms)
   else
     local keep = tonumber(ARGV[9])
     if not keep or keep < 1 then

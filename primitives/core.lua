@@ -1,0 +1,43 @@
+-- core.lua - the few helpers a primitive's uncontended acquire and release need: the server
+-- clock, the fencing counter, TTL extension. scripts/embed-lua.sh puts this text first in
+-- every primitive script; primitives/common.lua (the queue and type helpers) follows at the
+-- script's "-- @common" line, so a call that its fast path finishes never defines them
+-- (each `local function` is a closure made anew on every call). Nothing here reads KEYS or
+-- ARGV: keys are passed in.
+
+local FENCE_TTL = 2592000000 -- a fencing counter lives 30 days after its last grant
+
+local function fmt(x)
+  return string.format('%d', x)
+end
+
+-- Server time in milliseconds and in microseconds (the client's clock is never used).
+local function clock()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- Raises key's TTL to at least ms (never lowers it).
+local function extend(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+
+-- The same, but a TTL it must raise goes to 1.5 x ms, so that the calls of the next ms / 2
+-- find it high enough and only read it. For keys whose holds carry their own expiry (zset
+-- scores, an 'x' field): a longer TTL only keeps an idle primitive's keys a little longer.
+local function extend_lazily(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms + math.floor(ms / 2)) end
+end
+
+-- Next fencing token of counter key fkey: counter + 1, but never below the server clock in
+-- microseconds, so tokens keep rising even if the counter is lost (restart, failover,
+-- expiry). The GET also checks the counter's type before it is written.
+local function next_fence(fkey, now_us)
+  local f = (tonumber(redis.call('GET', fkey)) or 0) + 1
+  if f < now_us then f = now_us end
+  local s = fmt(f)
+  redis.call('SET', fkey, s, 'PX', FENCE_TTL)
+  return s
+end
+
