@@ -135,7 +135,10 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
         redis.call('ZREM', KEYS[2], unpack(gone))
         redis.call('HDEL', KEYS[3], unpack(gone))
       end
-      redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+      -- the size's TTL is refreshed once a day of its 7 (a read, not a write, per call)
+      if redis.call('PTTL', KEYS[1]) < SIZE_TTL - 86400000 then
+        redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+      end
       return {1, f, tonumber(ARGV[4])}
     end
   end
