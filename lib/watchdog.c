@@ -486,6 +486,10 @@ static void *watchdog_main(void *arg)
     pthread_mutex_lock(&c->wd.mu);
     while (!c->wd.stop) {
         deliver_reports(c);
+        /* the callbacks ran with wd.mu released: a stop asked meanwhile signalled nobody,
+         * and the wait below may have no deadline */
+        if (c->wd.stop)
+            break;
         uint64_t now = rs__now_ns(), wake = RS_NO_DEADLINE;
         int n = 0, ndue = 0;
         for (rs_lease_t *l = c->wd.head; l; l = l->next) {

@@ -1662,3 +1662,40 @@ Test(mutex, forged_wakeup_by_key_reader_with_confirm, .timeout = 60)
     rs_client_close(holder);
     ts_server_stop(&s);
 }
+
+/* A slow on_lost callback still running when the client is closed. The watchdog runs the
+ * callbacks with its lock released; a close that asked it to stop meanwhile went unseen, the
+ * watchdog then slept with no deadline (no lease left) and close joined it for ever. Seen as
+ * a rare hang of sentinel::failover_processes_carry_on in "close". */
+static atomic_int slow_lost_entered;
+
+static void slow_on_lost(const char *kind, const char *name, void *arg)
+{
+    (void)kind, (void)name, (void)arg;
+    atomic_store(&slow_lost_entered, 1);
+    tu_sleep_ms(500);
+}
+
+Test(mutex, close_while_on_lost_runs, .timeout = 30)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = s.url;
+    cfg.lease_ms = 300;
+    cfg.on_lost = slow_on_lost;
+    rs_client_t *c = NULL;
+    cr_assert_eq(rs_client_open(&c, &cfg), 0);
+    rs_mutex_t *m = new_mutex(c, "cl");
+    cr_assert_eq(rs_mutex_lock(m), 0);
+    cr_assert_eq(ts_cmd_int(&s, "DEL rs:{cl}:mutex"), 1);
+    cr_assert(tu_wait_atomic(&slow_lost_entered, 1, 5000), "on_lost was not called");
+    cr_expect_eq(rs_mutex_unlock(m), RS_ELOST);
+    rs_mutex_destroy(m);
+    /* the callback sleeps for 500 ms more: close asks the watchdog to stop meanwhile */
+    closer_t cl = {.c = c};
+    cr_assert_eq(pthread_create(&cl.th, NULL, closer_main, &cl), 0);
+    cr_expect(tu_thread_join(cl.th, &cl.done, 5000), "rs_client_close did not return within 5 s");
+    ts_server_stop(&s);
+}
