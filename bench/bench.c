@@ -867,6 +867,7 @@ int main(void)
         printf("WARNING: %d of %d b rows do not send what the library sends (see above): fix "
                "bench.c\n\n", NPRIMS - nchecked, NPRIMS);
     cmdstats_t st0, st1, st2, st3;
+    long long one_usec = 0, one_calls = 0; /* server time of a's EVALSHAs ("return 1") */
     /* Per round and primitive: a chunk of a, then b and c in alternating chunks of CHUNK.
      * Each operation runs back to back with itself (as a caller's loop would), and any change
      * of the machine's regime (bench/README.md) falls on b and c alike. */
@@ -874,6 +875,8 @@ int main(void)
         for (int k = 0; k < NPRIMS; k++) {
             prim_t *p = &g_prims[k];
             int per_round = p->ops / ROUNDS;
+            if (read_cmdstats(raw.c, &st0))
+                goto out;
             for (int i = 0; i < per_round / 2; i++) {
                 uint64_t t = now_ns();
                 if (op_raw_rtt(&raw))
@@ -882,6 +885,10 @@ int main(void)
                 add(&sa, dt);
                 add(&p->sa, dt);
             }
+            if (read_cmdstats(raw.c, &st1))
+                goto out;
+            one_usec += stat_of(&st1, "evalsha", 1) - stat_of(&st0, "evalsha", 1);
+            one_calls += stat_of(&st1, "evalsha", 0) - stat_of(&st0, "evalsha", 0);
             for (int done = 0; done < per_round; done += CHUNK) {
                 int n = per_round - done < CHUNK ? per_round - done : CHUNK;
                 if (read_cmdstats(raw.c, &st0))
@@ -982,6 +989,11 @@ int main(void)
            pass_c2a, NPRIMS);
     printf("(script/call: the server time of one EVALSHA of b, INFO commandstats usec / calls; "
            "b / (2 a) is what\n the scripts alone cost in round trips, the floor under c / (2 a))\n");
+    /* how fast the server runs scripts today: the verdicts above move with it
+     * (docs/performance.md, "Where the time goes") */
+    printf("server time of a's EVALSHA \"return 1\": %.2f us per call (how fast the server "
+           "runs scripts:\n the c / (2 a) verdicts move with it; docs/performance.md)\n",
+           one_calls ? (double)one_usec / (double)one_calls : 0.0);
 
     printf("\n%-40s %8s %9s  %s\n", "ratio (of medians)", "value", "target", "result");
     printf("%-40s %8.2f %9s  %s\n", "d / a      handoff in round trips", d50 / a50, "<= 3",
