@@ -6,7 +6,8 @@
 --                        token, x = lease expiry (server ms), n = write hold count, e = id of
 --                        the last enter/leave call; r = id of the last released write
 --                        acquisition (a retried release is not mistaken for a lost hold);
---                        g = the latest token granted in either mode. Its TTL covers every
+--                        g = a token: the writer's, or the one of the read grant that created
+--                        the key (the latest token is the fencing counter). Its TTL covers every
 --                        live hold (readers' too) and the tombstone r, so the key exists
 --                        whenever the lock is held
 -- KEYS[2] fence   string the per-name fencing counter (30-day TTL, refreshed on use)
@@ -63,13 +64,6 @@ local op, mode = ARGV[1], ARGV[9]
 -- The helpers of primitives/core.lua (fmt, clock, extend, next_fence) come before this
 -- text; those of primitives/common.lua (q_*, wrong_type) at the line "-- @common" below.
 
--- The next fencing token, also remembered as the latest grant of either mode ('g').
-local function next_token(now_us)
-  local s = next_fence(KEYS[2], now_us)
-  redis.call('HSET', KEYS[1], 'g', s)
-  return s
-end
-
 local function is_tomb(m)
   return string.sub(m, 1, 2) == 'r:'
 end
@@ -104,12 +98,17 @@ local function grant_writer(tok, acq, lease, now_ms, now_us)
 end
 
 local function grant_reader(tok, acq, lease, now_ms, now_us)
-  local f = next_token(now_us)
+  lease = tonumber(lease)
+  local f = next_fence(KEYS[2], now_us)
   set_reader(tok, acq, 1, f, '-')
-  redis.call('ZADD', KEYS[5], fmt(now_ms + tonumber(lease)), tok)
-  extend_lazily(KEYS[1], tonumber(lease))
-  extend_lazily(KEYS[5], tonumber(lease))
-  extend_lazily(KEYS[6], tonumber(lease))
+  redis.call('ZADD', KEYS[5], fmt(now_ms + lease), tok)
+  -- the main key exists whenever the lock is held (rs_list finds locks by it): a reader
+  -- creates it when absent ('g'); otherwise, as in extend_lazily, it is only read
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl == -2 then redis.call('HSET', KEYS[1], 'g', f) end
+  if ttl < lease then redis.call('PEXPIRE', KEYS[1], lease + math.floor(lease / 2)) end
+  extend_lazily(KEYS[5], lease)
+  extend_lazily(KEYS[6], lease)
   return f
 end
 
@@ -327,7 +326,7 @@ if op == 'info' then
       end
     end
   end
-  local fence = (writer and w[3]) or w[5] or redis.call('GET', KEYS[2]) or '0'
+  local fence = (writer and w[3]) or redis.call('GET', KEYS[2]) or w[5] or '0'
   local reply = {exists > 0 and 1 or 0, nheld, ttl, fence, redis.call('ZCARD', KEYS[3]),
                  writer and 1 or 0, -1, -1, -1}
   for _, h in ipairs(holders) do reply[#reply + 1] = h end
