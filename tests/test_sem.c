@@ -557,16 +557,16 @@ Test(sem, post_eperm)
     ts_server_stop(&s);
 }
 
-/* Holder records with permits (released ones stay a while as tombstones of count 0). */
+/* Holder records with permits (an owner's last release stays a while as "r:TOKENHASH"). */
 static int live_holds(const ts_server_t *s, const char *name)
 {
     redisContext *k = ts_connect(s);
     cr_assert_not_null(k);
-    redisReply *r = redisCommand(k, "HVALS rs:{%s}:sem:hi", name);
+    redisReply *r = redisCommand(k, "HGETALL rs:{%s}:sem:hi", name);
     cr_assert(r && r->type == REDIS_REPLY_ARRAY);
     int n = 0;
-    for (size_t i = 0; i < r->elements; i++)
-        n += atoi(r->element[i]->str) > 0;
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        n += strncmp(r->element[i]->str, "r:", 2) != 0 && atoi(r->element[i + 1]->str) > 0;
     freeReplyObject(r);
     redisFree(k);
     return n;
@@ -1067,7 +1067,13 @@ Test(sem, script_protocol)
     cr_expect_eq(sx_int(k, "sc", "rel", "tokB", "pa:1", NULL), 0, "release by another owner");
     cr_expect_eq(sx_int(k, "sc", "rel", "tokA", "pa:1", NULL), 1);
     cr_expect(holder_is(&s, "sc", "pc:1", 1), "C was not served");
-    cr_expect(holder_is(&s, "sc", "pa:1", 0), "no tombstone");
+    cr_expect(holder_is(&s, "sc", "pa:1", -1), "the released hold's record is still there");
+    char tomb[64] = "r:", last[64] = "";
+    cr_assert_not_null(ts_cmd_str(&s, tomb + 2, sizeof tomb - 2,
+                                  "EVAL %s 0 tokA", "return redis.sha1hex(ARGV[1])"));
+    cr_expect(ts_cmd_str(&s, last, sizeof last, "HGET rs:{sc}:sem:hi %s", tomb) &&
+                  strcmp(last, "pa:1") == 0,
+              "the owner's tombstone names %s, not pa:1", last);
     cr_expect_eq(sx_int(k, "sc", "rel", "tokA", "pa:1", NULL), 1, "a retried release");
     cr_expect_eq(sx_int(k, "sc", "give", "tokA", "pa:1", "1"), 0, "give after the release");
     cr_expect_eq(sx_int(k, "sc", "renew", "tokA", "pa:1", NULL), 0, "renew after the release");
@@ -1132,6 +1138,18 @@ Test(sem, script_fast_paths)
     cr_expect_eq(sx_acq(k, "fa", "acq", "tokB", "pb:1", "t", "3", f, sizeof f, NULL), 1);
     cr_expect(holder_is(&s, "fa", "px:2", -1), "the lapsed hold is still there");
     cr_expect_eq(sx_int(k, "fa", "rel", "tokB", "pb:1", NULL), 1);
+
+    /* one owner's releases leave one tombstone, not one each */
+    char aid[32];
+    for (int i = 0; i < 50; i++) {
+        snprintf(aid, sizeof aid, "pt:%d", i);
+        cr_assert_eq(sx_acq(k, "fa", "acq", "tokT", aid, "t", "1", f, sizeof f, NULL), 1);
+        cr_assert_eq(sx_int(k, "fa", "rel", "tokT", aid, NULL), 1);
+    }
+    cr_expect_eq(sx_int(k, "fa", "rel", "tokT", "pt:49", NULL), 1, "the last one, retried");
+    cr_expect_eq(sx_int(k, "fa", "rel", "tokT", "pt:48", NULL), 0, "an earlier one");
+    cr_expect_leq(ts_cmd_int(&s, "ZCARD rs:{fa}:sem:holders"), 3, "tombstones per release");
+    cr_expect_leq(ts_cmd_int(&s, "HLEN rs:{fa}:sem:hi"), 3, "tombstones per release");
 
     /* 70 holds of one permit each on a semaphore of 72: two more fit, a third does not */
     cr_assert_eq(ts_cmd_int(&s, "HSET rs:{fm}:sem s 72"), 1);

@@ -7,14 +7,17 @@
 --                        the last enter/leave call; r = id of the last released write
 --                        acquisition (a retried release is not mistaken for a lost hold);
 --                        g = a token: the writer's, or the one of the read grant that created
---                        the key (the latest token is the fencing counter). Its TTL covers every
---                        live hold (readers' too) and the tombstone r, so the key exists
+--                        the key (the latest token is the fencing counter); "r:TOKENHASH" =
+--                        the id of that owner's last released read hold. Its TTL covers every
+--                        live hold (readers' too) and the tombstones, so the key exists
 --                        whenever the lock is held
 -- KEYS[2] fence   string the per-name fencing counter (30-day TTL, refreshed on use)
 -- KEYS[3] queue   zset   acquisition id -> arrival number (FIFO order, readers and writers)
 -- KEYS[4] qinfo   hash   acquisition id -> "EXPIRYMS LEASEMS TOKENHASH MODE" (entry lease)
 -- KEYS[5] readers zset   TOKENHASH -> lease expiry (server ms) of that owner's read hold;
---                        "r:ACQID" -> expiry of the tombstone of a released read hold
+--                        "r:TOKENHASH" -> expiry of that owner's read tombstone (one per
+--                        owner; "r:ACQID" ones, one per release, of the earlier layout are
+--                        still understood)
 -- KEYS[6] rinfo   hash   TOKENHASH -> "ACQID COUNT FENCE LASTCALL" (read holds only)
 --
 -- ARGV[1] op: acq | renew | rel | qrenew | cancel | enter | leave | info | force
@@ -84,7 +87,8 @@ local function purge_readers(now_ms)
   local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
   if #old == 0 then return end
   for _, m in ipairs(old) do
-    if not is_tomb(m) then redis.call('HDEL', KEYS[6], m) end
+    -- a tombstone's released id is a field of the main key (see release_reader)
+    if is_tomb(m) then redis.call('HDEL', KEYS[1], m) else redis.call('HDEL', KEYS[6], m) end
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
 end
@@ -122,12 +126,21 @@ local function release_writer()
 end
 
 -- Releases tok's read hold (its checks done), leaving a tombstone "r:ACQID" for the same.
+-- One tombstone per owner, not per release: "r:TOKENHASH" in rd (its expiry) and in the
+-- main key (the id released last), so that a busy lock's keys do not grow with its read
+-- rate; a thread retries a release before it can take anything else.
 local function release_reader(tok, now_ms)
   local tomb_ms = math.max(tonumber(ARGV[4]), TOMB_MS)
+  local tomb = 'r:' .. tok
   redis.call('HDEL', KEYS[6], tok)
   redis.call('ZREM', KEYS[5], tok)
-  if type(redis.pcall('ZADD', KEYS[5], fmt(now_ms + tomb_ms), 'r:' .. ARGV[3])) == 'number' then
-    extend_lazily(KEYS[5], tomb_ms)
+  if type(redis.pcall('ZADD', KEYS[5], fmt(now_ms + tomb_ms), tomb)) == 'number' then
+    if type(redis.pcall('HSET', KEYS[1], tomb, ARGV[3])) == 'number' then
+      extend_lazily(KEYS[5], tomb_ms)
+      extend_lazily(KEYS[1], tomb_ms)
+    else
+      redis.call('ZREM', KEYS[5], tomb)
+    end
   end
 end
 
@@ -164,7 +177,8 @@ if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
       end
     elseif reader(tokhash) == ARGV[3] and
         (tonumber(redis.call('ZSCORE', KEYS[5], tokhash)) or 0) > now_ms and
-        redis.call('ZCARD', KEYS[3]) == 0 then
+        redis.call('ZCARD', KEYS[3]) == 0 and
+        redis.call('HEXISTS', KEYS[1], 'o') >= 0 then -- the main key's type: written below
       purge_readers(now_ms) -- or a workload of readers alone would grow the zset
       release_reader(tokhash, now_ms)
       return 1
@@ -441,6 +455,13 @@ if op == 'rel' then
   if held_by('r', tokhash, ARGV[3], now_ms) then
     release_reader(tokhash, now_ms)
     promote(now_ms, now_us, nil)
+    return 1
+  end
+  -- released by this owner already: a retried release (or a tombstone of the earlier layout,
+  -- one per released id)
+  local tomb = 'r:' .. tokhash
+  if redis.call('HGET', KEYS[1], tomb) == ARGV[3] and
+      (tonumber(redis.call('ZSCORE', KEYS[5], tomb)) or 0) > now_ms then
     return 1
   end
   if redis.call('ZSCORE', KEYS[5], 'r:' .. ARGV[3]) then return 1 end

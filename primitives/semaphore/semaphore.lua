@@ -7,13 +7,15 @@
 -- lease runs out.
 --
 -- KEYS[1] sem     hash   s = size. TTL 7 days, refreshed by every call that uses it.
--- KEYS[2] holders zset   acquisition id -> lease expiry (server ms). A released acquisition
---                        stays as a tombstone until max(lease, 10 s) after its release, so a
---                        retried release is not taken for a lost hold; tombstones are scored
+-- KEYS[2] holders zset   acquisition id -> lease expiry (server ms). An owner that released
+--                        leaves its tombstone "r:TOKENHASH" until max(lease, 10 s) after its
+--                        last release, so a retried release is not taken for a lost hold
+--                        (one per owner thread, not per release); tombstones are scored
 --                        TOMB_BASE + expiry, above every live hold, so counting the permits
---                        taken walks the live holds only (at most the size), never the
---                        releases of the last seconds.
--- KEYS[3] hinfo   hash   acquisition id -> "COUNT TOKENHASH FENCE" (COUNT 0: a tombstone)
+--                        taken walks the live holds only (at most the size).
+-- KEYS[3] hinfo   hash   acquisition id -> "COUNT TOKENHASH FENCE"; "r:TOKENHASH" -> the id
+--                        that owner released last (COUNT 0: a tombstone of the earlier
+--                        layout, one per released id, still understood)
 -- KEYS[4] fence   string the per-name fencing counter (30-day TTL, refreshed on use)
 -- KEYS[5] queue   zset   acquisition id -> arrival number (FIFO order)
 -- KEYS[6] qinfo   hash   acquisition id -> "EXPIRYMS LEASEMS TOKENHASH N" (a waiter's entry
@@ -40,7 +42,7 @@
 --           ARGV[10] is 0), "RSINVAL ..." (more permits wanted than the size), "RSQUEUE ..."
 --           (queue full)
 --   renew   1 renewed, 0 not ours any more (gone, expired or released)
---   rel     1 released the whole hold (also for a retry: the tombstone names this id),
+--   rel     1 released the whole hold (also for a retry: the owner's tombstone names this id),
 --           0 not ours (the hold was lost)
 --   give    1 the hold now has ARGV[9] permits (also when it already had: a retry), the
 --           others are free; 0 not ours (lost)
@@ -84,21 +86,32 @@ local function grant(tok, acq, n, lease, now_ms, now_us)
   return f
 end
 
--- Releases hold acq (owner tokhash t, fence f): frees it first, then leaves a tombstone if
--- memory allows (a retried release is then not taken for a lost hold).
-local function release(acq, t, f, now_ms)
+-- Releases hold acq (owner tokhash t): frees it first, then, if memory allows, leaves the
+-- owner's tombstone: "r:TOKENHASH" -> the id it released last, so that a retry of that
+-- release is not taken for a lost hold. One per owner thread (a thread retries a release
+-- before it can take anything else), not one per release: a busy semaphore's keys do not
+-- grow with its release rate.
+local function release(acq, t, now_ms)
   redis.call('ZREM', KEYS[2], acq)
   redis.call('HDEL', KEYS[3], acq)
   local keep = math.max(tonumber(ARGV[4]), TOMB_MS)
-  local ok = redis.pcall('ZADD', KEYS[2], fmt(TOMB_BASE + now_ms + keep), acq)
+  local tomb = 'r:' .. t
+  local ok = redis.pcall('ZADD', KEYS[2], fmt(TOMB_BASE + now_ms + keep), tomb)
   if type(ok) == 'number' then
-    if type(redis.pcall('HSET', KEYS[3], acq, '0 ' .. t .. ' ' .. f)) == 'number' then
+    if type(redis.pcall('HSET', KEYS[3], tomb, acq)) == 'number' then
       extend_lazily(KEYS[2], keep)
       extend_lazily(KEYS[3], keep)
     else
-      redis.call('ZREM', KEYS[2], acq)
+      redis.call('ZREM', KEYS[2], tomb)
     end
   end
+end
+
+-- Whether acq is the id the owner tokhash released last, its tombstone still live.
+local function released_last(acq, tokhash, now_ms)
+  local tomb = 'r:' .. tokhash
+  return redis.call('HGET', KEYS[3], tomb) == acq and
+         (tonumber(redis.call('ZSCORE', KEYS[2], tomb)) or 0) > TOMB_BASE + now_ms
 end
 
 -- The uncontended acquire and release, first and in as few calls as possible: nobody queued,
@@ -143,12 +156,12 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
     end
   end
 elseif op == 'rel' then
-  local c, t, f = parse_holder(redis.call('HGET', KEYS[3], ARGV[3]))
+  local c, t = parse_holder(redis.call('HGET', KEYS[3], ARGV[3]))
   if c and c >= 1 and t == redis.sha1hex(ARGV[2]) then
     local now_ms = clock()
     if (tonumber(redis.call('ZSCORE', KEYS[2], ARGV[3])) or 0) > now_ms and
         redis.call('ZCARD', KEYS[5]) == 0 then
-      release(ARGV[3], t, f, now_ms)
+      release(ARGV[3], t, now_ms)
       return 1
     end
   end
@@ -318,18 +331,23 @@ end
 
 if op == 'rel' or op == 'give' then
   local acq = ARGV[3]
-  local n, t, f = parse_holder(redis.call('HGET', KEYS[3], acq))
-  if not n or t ~= tokhash then return 0 end
   local now_ms, now_us = clock()
+  local n, t, f = parse_holder(redis.call('HGET', KEYS[3], acq))
+  if not n then
+    -- released by this owner already: a retried release
+    if op == 'rel' and released_last(acq, tokhash, now_ms) then return 1 end
+    return 0
+  end
+  if t ~= tokhash then return 0 end
   local exp = tonumber(redis.call('ZSCORE', KEYS[2], acq))
   if not exp or exp <= now_ms then return 0 end
   if n == 0 then
-    -- a tombstone: the hold was released by this id already (a retried release)
+    -- a tombstone of the earlier layout (one per released id): a retried release
     if op == 'rel' then return 1 end
     return 0
   end
   if op == 'rel' then
-    release(acq, t, f, now_ms)
+    release(acq, t, now_ms)
   else
     local keep = tonumber(ARGV[9])
     if not keep or keep < 1 then
