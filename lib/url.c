@@ -167,19 +167,33 @@ static int parse_hostport(rs_client_t *c, const char *hostpart, const char *end,
     return 0;
 }
 
+/* "[[user]:password@]HOSTS...": the credentials into ep, *hosts at what follows the last
+ * '@' before lim (a password may contain '@'; lim NULL: the end of rest). */
+static int parse_userinfo(rs_client_t *c, const char *rest, const char *lim, rs_endpoint_t *ep,
+                          const char **hosts)
+{
+    const char *at = NULL;
+    if (!lim)
+        lim = rest + strlen(rest);
+    for (const char *p = rest; p < lim; p++)
+        if (*p == '@')
+            at = p;
+    *hosts = rest;
+    if (!at)
+        return 0;
+    *hosts = at + 1;
+    return parse_creds(c, rest, (size_t)(at - rest), ep);
+}
+
 static int parse_tcp(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
 {
     /* [[user]:password@]host[:port][/db] */
-    const char *at = strrchr(rest, '@');
-    const char *hostpart = rest;
-    if (at) {
-        int rc = parse_creds(c, rest, (size_t)(at - rest), ep);
-        if (rc)
-            return rc;
-        hostpart = at + 1;
-    }
+    const char *hostpart;
+    int rc = parse_userinfo(c, rest, NULL, ep, &hostpart);
+    if (rc)
+        return rc;
     const char *end = hostpart + strcspn(hostpart, "/?#");
-    int rc = parse_hostport(c, hostpart, end, ep->host, sizeof ep->host, &ep->port, 6379);
+    rc = parse_hostport(c, hostpart, end, ep->host, sizeof ep->host, &ep->port, 6379);
     if (rc)
         return rc;
     if (*end == '/') {
@@ -222,30 +236,29 @@ static int parse_seeds(rs_client_t *c, const char *hosts, const char *end, rs_en
     return 0;
 }
 
-/* "[[user]:password@]HOSTS..." of the multi-node forms: the credentials into ep, *hosts at
- * the host list (after the last '@': a password may contain '@'). */
-static int parse_userinfo(rs_client_t *c, const char *rest, rs_endpoint_t *ep, const char **hosts)
+/* "[[user]:password@]host[:port],...": credentials and seeds into ep, *endp after the list;
+ * none: the complaint when the list is empty. */
+static int parse_node_list(rs_client_t *c, const char *rest, rs_endpoint_t *ep, const char *what,
+                           int port, const char *none, const char **endp)
 {
-    const char *at = strrchr(rest, '@');
-    *hosts = rest;
-    if (!at)
-        return 0;
-    *hosts = at + 1;
-    return parse_creds(c, rest, (size_t)(at - rest), ep);
+    const char *hosts;
+    int rc = parse_userinfo(c, rest, NULL, ep, &hosts);
+    if (rc)
+        return rc;
+    const char *end = hosts + strcspn(hosts, "/?#");
+    if (hosts == end)
+        return rs__fail(c, EINVAL, "bad URL: %s", none);
+    *endp = end;
+    return parse_seeds(c, hosts, end, ep, what, port);
 }
 
 static int parse_cluster(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
 {
     /* [[user]:password@]host:port[,host:port...][/] : Cluster has only database 0 */
     ep->mode = RS_MODE_CLUSTER;
-    const char *hosts;
-    int rc = parse_userinfo(c, rest, ep, &hosts);
-    if (rc)
-        return rc;
-    const char *end = hosts + strcspn(hosts, "/?#");
-    if (hosts == end)
-        return rs__fail(c, EINVAL, "bad URL: redis-cluster:// needs at least one node address");
-    rc = parse_seeds(c, hosts, end, ep, "cluster node", 6379);
+    const char *end;
+    int rc = parse_node_list(c, rest, ep, "cluster node", 6379,
+                             "redis-cluster:// needs at least one node address", &end);
     if (rc)
         return rc;
     if (*end == '/')
@@ -265,20 +278,13 @@ static int parse_sentinel(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
     if (!slash)
         return rs__fail(c, EINVAL, "bad URL: redis-sentinel:// needs the master's name "
                                    "(redis-sentinel://host:port/MASTER)");
-    const char *at = NULL;
-    for (const char *p = rest; p < slash; p++)
-        if (*p == '@')
-            at = p;
-    const char *hosts = rest;
-    if (at) {
-        int rc = parse_creds(c, rest, (size_t)(at - rest), ep);
-        if (rc)
-            return rc;
-        hosts = at + 1;
-    }
+    const char *hosts;
+    int rc = parse_userinfo(c, rest, slash, ep, &hosts);
+    if (rc)
+        return rc;
     if (hosts == slash)
         return rs__fail(c, EINVAL, "bad URL: no sentinel address before the master's name");
-    int rc = parse_seeds(c, hosts, slash, ep, "sentinel", 26379);
+    rc = parse_seeds(c, hosts, slash, ep, "sentinel", 26379);
     if (rc)
         return rc;
     const char *name = slash + 1;
@@ -299,15 +305,10 @@ static int parse_redlock(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
 {
     /* [[user]:password@]host[:port],host[:port],host[:port][,...][/][?db=N] */
     ep->mode = RS_MODE_REDLOCK;
-    const char *hosts;
-    int rc = parse_userinfo(c, rest, ep, &hosts);
-    if (rc)
-        return rc;
-    const char *end = hosts + strcspn(hosts, "/?#");
-    if (hosts == end)
-        return rs__fail(c, EINVAL, "bad URL: redlock:// needs the addresses of its masters "
-                                   "(redlock://host:port,host:port,host:port)");
-    rc = parse_seeds(c, hosts, end, ep, "redlock master", 6379);
+    const char *end;
+    int rc = parse_node_list(c, rest, ep, "redlock master", 6379,
+                             "redlock:// needs the addresses of its masters "
+                             "(redlock://host:port,host:port,host:port)", &end);
     if (rc)
         return rc;
     if (ep->nseeds < 3)
