@@ -38,6 +38,7 @@
 
 #include "redis_server.h"
 #include "redisync.h"
+#include "test_assert.h"
 #include "test_util.h"
 
 TestSuite(redlock, .timeout = 120);
@@ -362,6 +363,7 @@ Test(redlock, waiter_sleeps_until_release)
 #define NWORKERS 4
 #define MAXSECT 20000
 #define NCODES 5 /* RS_ELOST, RS_ECONN, ETIMEDOUT, ECANCELED, other */
+_Static_assert(NWORKERS <= TU_WORKERS_MAX && NCODES <= TU_CODES_MAX, "tu_tally_t too small");
 
 typedef struct sect {
     uint64_t fence;
@@ -374,9 +376,7 @@ typedef struct shared {
     atomic_int in_cs[2];      /* who is in the critical section of the mutex [0] and the
                                  rmutex [1] (worker id + 1), 0 none */
     atomic_int overlaps;      /* times a worker found someone else inside */
-    atomic_int ok[NWORKERS][2];
-    atomic_int err[NWORKERS][NCODES];
-    char lasterr[NWORKERS][200];
+    tu_tally_t t;             /* sections and failures per worker */
     atomic_int nsect;         /* sections in grant order (incremented inside the section) */
     sect_t sect[MAXSECT];
 } shared_t;
@@ -400,7 +400,8 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
     rs_rmutex_t *r = NULL;
     if (rs_client_open(&c, &cfg) != 0 || rs_mutex_init(&m, c, "hot") != 0 ||
         rs_rmutex_init(&r, c, "hotr") != 0) {
-        snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "open: %s", rs_client_lasterror(c));
+        snprintf(sh->t.lasterr[id], sizeof sh->t.lasterr[id], "open: %s",
+                 rs_client_lasterror(c));
         _exit(2);
     }
     unsigned it = 0;
@@ -412,9 +413,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
         if (rc == 0 && use_r)
             rc = rs_rmutex_lock(r); /* re-entry */
         if (rc != 0) {
-            atomic_fetch_add(&sh->err[id][code_slot(rc)], 1);
-            snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "lock %d: %s", rc,
-                     rs_client_lasterror(c));
+            tu_tally_note(&sh->t, id, 0, rc, code_slot(rc), "lock", c);
             tu_sleep_ms(10);
             continue;
         }
@@ -438,13 +437,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
             rc = use_r ? rs_rmutex_unlock(r) : rs_mutex_unlock(m);
         if (!use_r && i < MAXSECT)
             sh->sect[i].unlock_rc = rc;
-        if (rc == 0) {
-            atomic_fetch_add(&sh->ok[id][phase], 1);
-        } else {
-            atomic_fetch_add(&sh->err[id][code_slot(rc)], 1);
-            snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "unlock %d: %s", rc,
-                     rs_client_lasterror(c));
-        }
+        tu_tally_note(&sh->t, id, phase, rc, code_slot(rc), "unlock", c);
         /* some work between sections: Redlock has no FIFO order, and a process that locks
          * again at once can win every time against waiters that must first be woken */
         tu_sleep_ms(2 + id);
@@ -453,29 +446,6 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
     rs_rmutex_destroy(r);
     rs_client_close(c);
     _exit(0);
-}
-
-static int all_ok(shared_t *sh, int phase, int n)
-{
-    for (int i = 0; i < NWORKERS; i++)
-        if (atomic_load(&sh->ok[i][phase]) < n)
-            return 0;
-    return 1;
-}
-
-/* Reaps the workers by the deadline; one still running then is killed and reported. */
-static void reap(shared_t *sh, pid_t *pids, long long until)
-{
-    for (int i = 0; i < NWORKERS; i++) {
-        long long left = until - tu_mono_ms();
-        int st = tu_reap(pids[i], left > 0 ? (long)left : 0);
-        if (st == -1)
-            cr_expect_fail("worker %d did not stop (a call that never returned?): %s", i,
-                           sh->lasterr[i]);
-        else
-            cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                      "worker %d: status %d (%s)", i, st, sh->lasterr[i]);
-    }
 }
 
 #define KILL_NONE 0
@@ -502,9 +472,9 @@ static void run_workers(int kill_one)
     /* a few hundred contended sections before (and after) the kill */
     int want = kill_one ? 25 : 100;
     long long until = tu_mono_ms() + 40000;
-    while (!all_ok(sh, 0, want) && tu_mono_ms() < until)
+    while (!tu_tally_all_ok(&sh->t, NWORKERS, 0, want) && tu_mono_ms() < until)
         tu_sleep_ms(20);
-    int started = all_ok(sh, 0, want);
+    int started = tu_tally_all_ok(&sh->t, NWORKERS, 0, want);
     if (started && kill_one) {
         if (kill_one == PAUSE_ONE)
             ts_server_pause(&m.s[1]);
@@ -512,11 +482,11 @@ static void run_workers(int kill_one)
             ts_server_kill(&m.s[1]);
         atomic_store(&sh->phase, 1);
         until = tu_mono_ms() + 40000;
-        while (!all_ok(sh, 1, 50) && tu_mono_ms() < until)
+        while (!tu_tally_all_ok(&sh->t, NWORKERS, 1, 50) && tu_mono_ms() < until)
             tu_sleep_ms(20);
     }
     atomic_store(&sh->stop, 1);
-    reap(sh, pids, tu_mono_ms() + 20000);
+    tu_tally_reap(&sh->t, pids, NWORKERS, tu_mono_ms() + 20000);
     if (kill_one == PAUSE_ONE)
         ts_server_resume(&m.s[1]);
     cr_assert(started, "workers did not get going");
@@ -524,10 +494,10 @@ static void run_workers(int kill_one)
     int errs[NCODES] = {0};
     for (int i = 0; i < NWORKERS; i++) {
         for (int k = 0; k < NCODES; k++)
-            errs[k] += atomic_load(&sh->err[i][k]);
+            errs[k] += atomic_load(&sh->t.err[i][k]);
         if (kill_one)
-            cr_expect_geq(atomic_load(&sh->ok[i][1]), 50,
-                          "worker %d stalled after the kill (%s)", i, sh->lasterr[i]);
+            cr_expect_geq(atomic_load(&sh->t.ok[i][1]), 50,
+                          "worker %d stalled after the kill (%s)", i, sh->t.lasterr[i]);
     }
     int n = atomic_load(&sh->nsect);
     if (n > MAXSECT)

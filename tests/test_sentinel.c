@@ -32,6 +32,7 @@
 
 #include "redis_server.h"
 #include "redisync.h"
+#include "test_assert.h"
 #include "test_util.h"
 #include "sentinel.h"
 
@@ -217,6 +218,7 @@ Test(sentinel, wait_shortfall)
 #define NWORKERS 4
 #define MAXSECT 20000
 #define NCODES 6 /* RS_ECONN, RS_EREPL, ETIMEDOUT, RS_ELOST (unlock), ECANCELED, other */
+_Static_assert(NWORKERS <= TU_WORKERS_MAX && NCODES <= TU_CODES_MAX, "tu_tally_t too small");
 
 typedef struct sect {
     uint64_t fence;
@@ -227,9 +229,7 @@ typedef struct sect {
 typedef struct shared {
     atomic_int stop;
     atomic_int phase; /* 0 before the failover, 1 switched, 2 old master demoted */
-    atomic_int ok[NWORKERS][3];
-    atomic_int err[NWORKERS][NCODES];
-    char lasterr[NWORKERS][160];
+    tu_tally_t t;             /* sections and failures per worker */
     atomic_int nsect;
     sect_t sect[MAXSECT];
 } shared_t;
@@ -252,16 +252,15 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
     rs_client_t *c = NULL;
     rs_mutex_t *m = NULL;
     if (rs_client_open(&c, &cfg) != 0 || rs_mutex_init(&m, c, "hot") != 0) {
-        snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "open: %s", rs_client_lasterror(c));
+        snprintf(sh->t.lasterr[id], sizeof sh->t.lasterr[id], "open: %s",
+                 rs_client_lasterror(c));
         _exit(2);
     }
     while (!atomic_load(&sh->stop)) {
         struct timespec dl = tu_abs_in(5000);
         int rc = rs_mutex_timedlock(m, &dl);
         if (rc != 0) {
-            atomic_fetch_add(&sh->err[id][code_slot(rc)], 1);
-            snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "lock %d: %s", rc,
-                     rs_client_lasterror(c));
+            tu_tally_note(&sh->t, id, 0, rc, code_slot(rc), "lock", c);
             tu_sleep_ms(10);
             continue;
         }
@@ -274,26 +273,12 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
         int i = atomic_fetch_add(&sh->nsect, 1);
         if (i < MAXSECT)
             sh->sect[i] = (sect_t){fence, t_acq, t_end, rc};
-        if (rc == 0) {
-            atomic_fetch_add(&sh->ok[id][phase], 1);
-        } else {
-            atomic_fetch_add(&sh->err[id][code_slot(rc)], 1);
-            snprintf(sh->lasterr[id], sizeof sh->lasterr[id], "unlock %d: %s", rc,
-                     rs_client_lasterror(c));
-        }
+        tu_tally_note(&sh->t, id, phase, rc, code_slot(rc), "unlock", c);
         tu_sleep_ms(1 + id);
     }
     rs_mutex_destroy(m);
     rs_client_close(c);
     _exit(0);
-}
-
-static int all_ok(shared_t *sh, int phase, int n)
-{
-    for (int i = 0; i < NWORKERS; i++)
-        if (atomic_load(&sh->ok[i][phase]) < n)
-            return 0;
-    return 1;
 }
 
 static int role_is(const ts_server_t *s, const char *want)
@@ -353,22 +338,6 @@ static long long until_in(long long ms)
     return u < fo_end ? u : fo_end;
 }
 
-/* Reaps the workers by the deadline; a worker still running then is killed and reported. */
-static void reap_workers(shared_t *sh, const pid_t *pids, long long until)
-{
-    for (int i = 0; i < NWORKERS; i++) {
-        long long left = until - tu_mono_ms();
-        int st = tu_reap(pids[i], left > 0 ? (long)left : 0);
-        cr_log_info("worker %d: last error: %s", i, sh->lasterr[i]);
-        if (st == -1)
-            cr_expect_fail("worker %d did not stop (a call that never returned?); last error: %s",
-                           i, sh->lasterr[i]);
-        else
-            cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                      "worker %d: status %d (%s)", i, st, sh->lasterr[i]);
-    }
-}
-
 static void failover_run(int min_replicas)
 {
     /* TestSuite timeout is 120 s; the phases below share 95 s of it */
@@ -397,9 +366,10 @@ static void failover_run(int min_replicas)
         pthread_detach(reporter);
     stage("workers start");
     long long until = until_in(15000);
-    while (!all_ok(sh, 0, 3) && tu_mono_ms() < until)
+    while (!tu_tally_all_ok(&sh->t, NWORKERS, 0, 3) && tu_mono_ms() < until)
         tu_sleep_ms(20);
-    cr_assert(all_ok(sh, 0, 3), "workers did not get going before the failover");
+    cr_assert(tu_tally_all_ok(&sh->t, NWORKERS, 0, 3),
+              "workers did not get going before the failover");
 
     /* a hold confirmed before the failover, kept across it */
     stage("hold before the failover");
@@ -442,22 +412,22 @@ static void failover_run(int min_replicas)
     atomic_store(&sh->phase, 2);
     stage("workers after the demotion");
     until = until_in(20000);
-    while (!all_ok(sh, 2, 5) && tu_mono_ms() < until)
+    while (!tu_tally_all_ok(&sh->t, NWORKERS, 2, 5) && tu_mono_ms() < until)
         tu_sleep_ms(20);
     long long t_carry = tu_mono_ms();
     atomic_store(&sh->stop, 1);
     stage("workers stop");
     /* a worker returns within one timedlock (5 s) and a close */
-    reap_workers(sh, pids, tu_mono_ms() + 12000);
+    tu_tally_reap(&sh->t, pids, NWORKERS, tu_mono_ms() + 12000);
     stage("checks");
 
     /* every worker carried on after the old master was demoted */
     int total_err[NCODES] = {0};
     for (int i = 0; i < NWORKERS; i++) {
-        cr_expect_geq(atomic_load(&sh->ok[i][2]), 5, "worker %d stalled after the failover (%s)",
-                      i, sh->lasterr[i]);
+        cr_expect_geq(atomic_load(&sh->t.ok[i][2]), 5, "worker %d stalled after the failover (%s)",
+                      i, sh->t.lasterr[i]);
         for (int k = 0; k < NCODES; k++)
-            total_err[k] += atomic_load(&sh->err[i][k]);
+            total_err[k] += atomic_load(&sh->t.err[i][k]);
     }
     int n = atomic_load(&sh->nsect);
     if (n > MAXSECT)

@@ -9,6 +9,7 @@
 #define REDISYNC_TESTS_SUPPORT_TEST_ASSERT_H
 
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
 
 #include <errno.h>
 #include <pthread.h>
@@ -62,6 +63,23 @@ static inline void tu_thread_run(void *(*fn)(void *), void *arg)
     pthread_t th;
     tu_thread_start(&th, fn, arg);
     pthread_join(th, NULL);
+}
+
+/* Reaps workers pids[0..n-1] by until (tu_mono_ms); the test fails for one still running
+ * then (it is killed) or one that did not exit 0, naming its last failure. */
+static inline void tu_tally_reap(const tu_tally_t *t, const pid_t *pids, int n, long long until)
+{
+    for (int i = 0; i < n; i++) {
+        long long left = until - tu_mono_ms();
+        int st = tu_reap(pids[i], left > 0 ? (long)left : 0);
+        cr_log_info("worker %d: last error: %s", i, t->lasterr[i]);
+        if (st == -1)
+            cr_expect_fail("worker %d did not stop (a call that never returned?); last error: %s",
+                           i, t->lasterr[i]);
+        else
+            cr_expect(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                      "worker %d: status %d (%s)", i, st, t->lasterr[i]);
+    }
 }
 
 #endif

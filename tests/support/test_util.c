@@ -138,6 +138,28 @@ int tu_thread_join(pthread_t th, atomic_int *done, long timeout_ms)
     return 1;
 }
 
+/* ---- forked workers' tally ------------------------------------------------------------- */
+
+void tu_tally_note(tu_tally_t *t, int id, int phase, int rc, int slot, const char *what,
+                   rs_client_t *c)
+{
+    if (rc == 0) {
+        atomic_fetch_add(&t->ok[id][phase], 1);
+        return;
+    }
+    atomic_fetch_add(&t->err[id][slot], 1);
+    snprintf(t->lasterr[id], sizeof t->lasterr[id], "%s %d: %s", what, rc,
+             rs_client_lasterror(c));
+}
+
+int tu_tally_all_ok(tu_tally_t *t, int n, int phase, int min)
+{
+    for (int i = 0; i < n; i++)
+        if (atomic_load(&t->ok[i][phase]) < min)
+            return 0;
+    return 1;
+}
+
 /* ---- forked children -------------------------------------------------------------------- */
 
 static pid_t g_kids[TU_MAX_KIDS];

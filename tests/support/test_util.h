@@ -78,6 +78,28 @@ rs_client_t *tu_open_client_ex(const ts_server_t *s, long lease_ms, long timeout
  * joined, 0 if not (the thread is then left running). */
 int tu_thread_join(pthread_t th, atomic_int *done, long timeout_ms);
 
+/* ---- forked workers' tally ------------------------------------------------------------- */
+
+/* What the forked workers of a test (test_sentinel.c, test_redlock.c) count in shared
+ * memory: per worker, the sections that ended well by phase, the failed calls by the test's
+ * own code slot, and the words of the last failure. */
+#define TU_WORKERS_MAX 8
+#define TU_PHASES_MAX 3
+#define TU_CODES_MAX 6
+typedef struct tu_tally {
+    atomic_int ok[TU_WORKERS_MAX][TU_PHASES_MAX];
+    atomic_int err[TU_WORKERS_MAX][TU_CODES_MAX];
+    char lasterr[TU_WORKERS_MAX][200];
+} tu_tally_t;
+
+/* Counts worker id's call: rc 0 is a success in phase; else a failure in slot, whose words
+ * "WHAT RC: c's last error" are kept. */
+void tu_tally_note(tu_tally_t *t, int id, int phase, int rc, int slot, const char *what,
+                   rs_client_t *c);
+
+/* Whether each of workers 0..n-1 has at least min successes in phase. */
+int tu_tally_all_ok(tu_tally_t *t, int n, int phase, int min);
+
 /* ---- forked children -------------------------------------------------------------------- */
 /* Children are recorded (up to TU_MAX_KIDS at a time) so that a failed assertion, which
  * ends the test early, does not leave them behind: tests that fork use .fini = tu_kill_kids. */
