@@ -270,7 +270,7 @@ rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node)
 {
     pthread_mutex_lock(&c->pool_mu);
     rs_conn_t **p = &c->idle;
-    while (*p && (*p)->node != node)
+    while (*p && node >= 0 && (*p)->node != node)
         p = &(*p)->next;
     rs_conn_t *k = *p;
     if (k) {
@@ -281,24 +281,31 @@ rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node)
     return k;
 }
 
-int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
+/* The pool's record of a connection just opened to node (generation gen); ctx is freed if
+ * there is no memory for it. */
+static int conn_record(rs_client_t *c, int node, unsigned gen, redisContext *ctx, rs_conn_t **out)
 {
-    rs_conn_t *k = rs__conn_take_idle(c, node);
-    *out = k;
-    if (k)
-        return 0;
-    k = calloc(1, sizeof *k);
-    if (!k)
+    rs_conn_t *k = calloc(1, sizeof *k);
+    if (!k) {
+        redisFree(ctx);
         return rs__fail(c, ENOMEM, "out of memory");
-    k->gen = rs__topo_gen(c);
-    k->node = node;
-    int rc = rs__conn_connect_once(c, node, budget_ms, c->timeout_ms, &k->ctx);
-    if (rc != 0) {
-        free(k);
-        return rc;
     }
+    k->gen = gen;
+    k->node = node;
+    k->ctx = ctx;
     *out = k;
     return 0;
+}
+
+int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
+{
+    *out = rs__conn_take_idle(c, node);
+    if (*out)
+        return 0;
+    unsigned gen = rs__topo_gen(c);
+    redisContext *ctx;
+    int rc = rs__conn_connect_once(c, node, budget_ms, c->timeout_ms, &ctx);
+    return rc ? rc : conn_record(c, node, gen, ctx, out);
 }
 
 int rs__conn_get(rs_client_t *c, uint64_t deadline_ns, rs_conn_t **out)
@@ -311,19 +318,8 @@ int rs__conn_get_node(rs_client_t *c, int node, uint64_t deadline_ns, rs_conn_t 
     unsigned gen = rs__topo_gen(c);
     if (c->ep.mode != RS_MODE_CLUSTER && c->ep.mode != RS_MODE_REDLOCK)
         node = -1;
-    for (;;) {
-        pthread_mutex_lock(&c->pool_mu);
-        rs_conn_t **p = &c->idle;
-        while (*p && node >= 0 && (*p)->node != node)
-            p = &(*p)->next;
-        rs_conn_t *k = *p;
-        if (k) {
-            *p = k->next;
-            c->nidle--;
-        }
-        pthread_mutex_unlock(&c->pool_mu);
-        if (!k)
-            break;
+    rs_conn_t *k;
+    while ((k = rs__conn_take_idle(c, node)) != NULL) {
         if (k->gen == gen) {
             *out = k;
             return 0;
@@ -331,18 +327,9 @@ int rs__conn_get_node(rs_client_t *c, int node, uint64_t deadline_ns, rs_conn_t 
         redisFree(k->ctx); /* opened before the master moved */
         free(k);
     }
-    rs_conn_t *k = calloc(1, sizeof *k);
-    if (!k)
-        return rs__fail(c, ENOMEM, "out of memory");
-    k->gen = gen;
-    k->node = node;
-    int rc = rs__conn_connect_to(c, node, deadline_ns, c->timeout_ms, &k->ctx);
-    if (rc != 0) {
-        free(k);
-        return rc;
-    }
-    *out = k;
-    return 0;
+    redisContext *ctx;
+    int rc = rs__conn_connect_to(c, node, deadline_ns, c->timeout_ms, &ctx);
+    return rc ? rc : conn_record(c, node, gen, ctx, out);
 }
 
 void rs__conn_put(rs_client_t *c, rs_conn_t *k, int broken)

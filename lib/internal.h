@@ -157,7 +157,7 @@ int rs__conn_connect_once(rs_client_t *c, int node, long budget_ms, long io_time
                           redisContext **out);
 /* A pooled connection to node, or one attempt at a new one (rs__conn_connect_once). */
 int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out);
-/* An idle pooled connection to node (exactly), or NULL. */
+/* An idle pooled connection to node (node < 0: to any), or NULL. */
 rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node);
 void rs__conn_pool_free(rs_client_t *c);
 /* One command on ctx with SIGPIPE held off. 0 with *out set (possibly an error reply), or
