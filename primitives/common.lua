@@ -21,17 +21,6 @@ local function wrong_type(want, what)
   return nil
 end
 
--- Grants the mutex whose hash is lock (fencing counter fkey) to owner tokhash under
--- acquisition id acq for lease ms: the hold fields of mutex.lua (docs/scripts.md), shared
--- with multilock.lua, which grants several mutexes in one call. prev: the id of the last
--- released acquisition, kept. The caller has read fkey and lock first (type checks).
-local function mutex_grant(lock, fkey, tokhash, acq, lease, now_us, prev)
-  local f = next_fence(fkey, now_us)
-  redis.call('HSET', lock, 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', 1, 'e', '')
-  redis.call('PEXPIRE', lock, lease)
-  return f
-end
-
 local function q_drop(q, qi, id)
   redis.call('ZREM', q, id)
   redis.call('HDEL', qi, id)

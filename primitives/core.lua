@@ -1,9 +1,9 @@
 -- core.lua - the few helpers a primitive's uncontended acquire and release need: the server
--- clock, the fencing counter, TTL extension. scripts/embed-lua.sh puts this text first in
--- every primitive script; primitives/common.lua (the queue and type helpers) follows at the
--- script's "-- @common" line, so a call that its fast path finishes never defines them
--- (each `local function` is a closure made anew on every call). Nothing here reads KEYS or
--- ARGV: keys are passed in.
+-- clock, the fencing counter, TTL extension, the mutex's grant. scripts/embed-lua.sh puts
+-- this text first in every primitive script; primitives/common.lua (the queue and type
+-- helpers) follows at the script's "-- @common" line, so a call that its fast path finishes
+-- never defines them (each `local function` is a closure made anew on every call). Nothing
+-- here reads KEYS or ARGV: keys are passed in.
 
 local FENCE_TTL = 2592000000 -- a fencing counter lives 30 days after its last grant
 
@@ -41,3 +41,13 @@ local function next_fence(fkey, now_us)
   return s
 end
 
+-- Grants the mutex whose hash is lock (fencing counter fkey) to owner tokhash under
+-- acquisition id acq for lease ms: the hold fields of mutex.lua (docs/scripts.md), shared
+-- with multilock.lua, which grants several mutexes in one call. prev: the id of the last
+-- released acquisition, kept. The caller has read fkey and lock first (type checks).
+local function mutex_grant(lock, fkey, tokhash, acq, lease, now_us, prev)
+  local f = next_fence(fkey, now_us)
+  redis.call('HSET', lock, 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', 1, 'e', '')
+  redis.call('PEXPIRE', lock, lease)
+  return f
+end

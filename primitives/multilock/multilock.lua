@@ -3,7 +3,7 @@
 -- lives on one client of a single server (or Sentinel's master); otherwise, or when this
 -- call finds a part busy, the multilock takes its parts one by one in the global order
 -- through mutex.lua. The holds granted here are ordinary mutex holds (mutex_grant in
--- common.lua writes the same fields as mutex.lua's grant), renewed and released by mutex.lua.
+-- core.lua: the very grant of mutex.lua), renewed and released by mutex.lua.
 --
 -- KEYS[3i-2] part i's lock hash, KEYS[3i-1] its fencing counter, KEYS[3i] its waiter queue
 -- (the keys 1, 2 and 3 of mutex.lua)

@@ -55,36 +55,39 @@ local op = ARGV[1]
 local mode = ARGV[6] or ''
 local redlock = string.sub(mode, 2, 2) == 'r'
 
--- The helpers of primitives/core.lua (fmt, clock, extend, next_fence) come before this text.
+-- The helpers of primitives/core.lua (fmt, clock, extend, next_fence, mutex_grant) come before
+-- this text.
 
 -- The uncontended acquire and release, first and in as few calls as possible: the lock free
 -- and nobody queued, or ours and nobody to hand it to. They return before the helpers below
 -- are defined (docs/performance.md, "Uncontended cost per primitive"). Their reads check
 -- every key they write; anything else falls through, with the hold's fields read (h).
+-- Frees the lock (its checks done) and remembers the release for a while, so that a retry
+-- of it is not taken for a loss.
+local function release_free()
+  redis.call('DEL', KEYS[1])
+  if redis.pcall('HSET', KEYS[1], 'r', ARGV[3]) == 1 then
+    redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[4]), 10000))
+  end
+end
+
 local h
 if (op == 'acq' or op == 'rel') and not redlock then
   h = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'r')
   if op == 'acq' and not h[1] and redis.call('ZCARD', KEYS[3]) == 0 then
     local _, now_us = clock()
-    local f = next_fence(KEYS[2], now_us)
-    redis.call('HSET', KEYS[1], 'o', redis.sha1hex(ARGV[2]), 'a', ARGV[3], 'f', f,
-               'r', h[4] or '', 'n', 1, 'e', '')
-    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    local f = mutex_grant(KEYS[1], KEYS[2], redis.sha1hex(ARGV[2]), ARGV[3], ARGV[4], now_us, h[4])
     return {1, f, tonumber(ARGV[4])}
   end
   if op == 'rel' and h[2] == ARGV[3] and h[1] == redis.sha1hex(ARGV[2]) and
       redis.call('ZCARD', KEYS[3]) == 0 then
-    redis.call('DEL', KEYS[1])
-    -- remember the release for a while, so a retry of it is not taken for a loss
-    if redis.pcall('HSET', KEYS[1], 'r', ARGV[3]) == 1 then
-      redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[4]), 10000))
-    end
+    release_free()
     return 1
   end
 end
 
 -- @common
--- The helpers of primitives/common.lua (q_*, mutex_grant, client_channel) come here.
+-- The helpers of primitives/common.lua (q_*, client_channel) come here.
 local function check_types()
   return wrong_type({'hash', 'string', 'zset', 'hash'}, 'mutex')
 end
@@ -215,22 +218,13 @@ end
 
 if op == 'rel' then
   if h[1] == tokhash and h[2] == ARGV[3] and redlock then
-    redis.call('DEL', KEYS[1])
-    if redis.pcall('HSET', KEYS[1], 'r', ARGV[3]) == 1 then
-      redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[4]), 10000))
-    end
+    release_free()
     raise_fence()
     wake_head(nil)
     return 1
   end
   if h[1] == tokhash and h[2] == ARGV[3] then
-    if not hand_to_head(nil, nil, ARGV[3]) then
-      redis.call('DEL', KEYS[1])
-      -- remember the release for a while, so a retry of it is not taken for a loss
-      if redis.pcall('HSET', KEYS[1], 'r', ARGV[3]) == 1 then
-        redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[4]), 10000))
-      end
-    end
+    if not hand_to_head(nil, nil, ARGV[3]) then release_free() end
     return 1
   end
   if h[4] == ARGV[3] then return 1 end
