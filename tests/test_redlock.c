@@ -201,14 +201,16 @@ Test(redlock, lock_unlock)
     cr_expect_gt(f, 0);
     cr_expect_gt(rs_mutex_remaining(a), 0);
     snprintf(key, sizeof key, "%s:{job}:mutex", prefix);
+    /* a grant needs a quorum only: a master that answers late (a loaded machine) may miss it */
+    int holding = 0;
     for (int i = 0; i < NM; i++) {
         char buf[64] = "";
-        cr_expect(ts_cmd_str(&m.s[i], buf, sizeof buf, "HGET %s f", key) != NULL,
-                  "the hold is not on master %d", i);
+        holding += ts_cmd_str(&m.s[i], buf, sizeof buf, "HGET %s f", key) != NULL && buf[0];
         uint64_t fi = strtoull(buf, NULL, 10);
         if (fi > maxf)
             maxf = fi;
     }
+    cr_expect_geq(holding, NM / 2 + 1, "the hold is on %d masters", holding);
     cr_expect_eq(f, maxf, "fence %llu, largest on the masters %llu", (unsigned long long)f,
                  (unsigned long long)maxf);
 
@@ -229,11 +231,13 @@ Test(redlock, lock_unlock)
     tu_sleep_ms(2500);
     cr_expect_eq(rs_mutex_trylock(b), EBUSY);
     cr_expect_eq(rs_mutex_unlock(a), 0, "unlock: %s", rs_client_lasterror(c1));
+    holding = 0;
     for (int i = 0; i < NM; i++) {
         char buf[64] = "";
         ts_cmd_str(&m.s[i], buf, sizeof buf, "HGET %s o", key);
-        cr_expect_str_eq(buf, "", "still held on master %d", i);
+        holding += buf[0] != 0;
     }
+    cr_expect_leq(holding, NM - (NM / 2 + 1), "still held on %d masters", holding);
     cr_expect_eq(rs_mutex_unlock(a), EPERM);
     cr_expect_eq(rs_mutex_trylock(b), 0, "trylock after release: %s", rs_client_lasterror(c2));
     cr_expect_gt(rs_mutex_fence(b), f, "fence %llu after %llu",
@@ -268,8 +272,11 @@ Test(redlock, rmutex_reentry)
     cr_expect_eq(rs_rmutex_trylock(b), EBUSY);
     char key[96];
     snprintf(key, sizeof key, "%s:{r}:rmutex", prefix);
+    /* every entry reached a quorum; a master that answered one of them late may count fewer */
+    int counted = 0;
     for (int i = 0; i < NM; i++)
-        cr_expect_eq(ts_cmd_int(&m.s[i], "HGET %s n", key), 3, "count on master %d", i);
+        counted += ts_cmd_int(&m.s[i], "HGET %s n", key) == 3;
+    cr_expect_geq(counted, NM / 2 + 1, "the count is 3 on %d masters", counted);
     cr_expect_eq(rs_rmutex_unlock(a), 0);
     cr_expect_eq(rs_rmutex_unlock(a), 0);
     cr_expect_eq(rs_rmutex_trylock(b), EBUSY, "one entry left");
