@@ -250,6 +250,7 @@ static int script_calls(const rs_script_t *s, const char *name)
 typedef struct raw {
     redisContext *c;
     char one_sha[41];   /* "return 1" */
+    char floor_sha[41]; /* FLOOR_LUA */
     char token[64];
     char idpfx[24];
     unsigned long long acq_no;
@@ -266,6 +267,42 @@ static int op_raw_rtt(raw_t *r)
     if (!ok)
         fail("EVALSHA return 1: %s", rep ? "odd reply" : r->c->errstr);
     return ok ? 0 : -1;
+}
+
+/* ----- f) the floor: the least a fenced lease lock can send ----------------------------- */
+/* What the uncontended target c / (2 a) leaves room for, measured in the same run: the
+ * simplest lock with the guarantees a redisync hold must give (a lease, an owner-checked
+ * release, a fencing token) as two scripts: SET NX PX and INCR of a counter to take it, GET,
+ * compare and DEL to release it. Without the token this is redis-py's Lock. None of the rest
+ * of a redisync hold: no FIFO queue to respect, no token floor from the server clock, no
+ * release tombstone, no re-entry count. bench/README.md, "The floor". */
+static const char FLOOR_LUA[] =
+    "if ARGV[1] == 'acq' then\n"
+    "  if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then return 0 end\n"
+    "  return redis.call('INCR', KEYS[2])\n"
+    "end\n"
+    "if redis.call('GET', KEYS[1]) == ARGV[2] then return redis.call('DEL', KEYS[1]) end\n"
+    "return 0\n";
+
+static int op_floor(raw_t *r)
+{
+    static const char *const ops[2] = {"acq", "rel"};
+    for (int i = 0; i < 2; i++) {
+        const char *argv[8] = {"EVALSHA", r->floor_sha, "2", PREFIX ":{bench:floor}:lock",
+                               PREFIX ":{bench:floor}:fence", ops[i], r->token, LEASE};
+        size_t lens[8];
+        for (int j = 0; j < 8; j++)
+            lens[j] = strlen(argv[j]);
+        redisReply *rep = redisCommandArgv(r->c, 8, argv, lens);
+        int ok = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer >= 1;
+        if (rep)
+            freeReplyObject(rep);
+        if (!ok) {
+            fail("floor script %s: %s", ops[i], rep ? "not granted / released" : r->c->errstr);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* ----- the primitives: b (raw) and c (library) of each ------------------------------- */
@@ -776,6 +813,7 @@ int main(void)
     rs_mutex_t *mh = NULL, *mw = NULL;
     redisContext *probe = NULL;
     samples_t sa = {0}, sa_idle = {0};
+    samples_t sf = {0}, sfa = {0}; /* f, and the a measured next to it */
     pingpong_t pp;
     memset(&pp, 0, sizeof pp);
     pthread_mutex_init(&pp.mu, NULL);
@@ -793,6 +831,8 @@ int main(void)
         info_field(r->str, "redis_version", version, sizeof version);
     if (r)
         freeReplyObject(r);
+    if (script_load(raw.c, FLOOR_LUA, sizeof FLOOR_LUA - 1, raw.floor_sha))
+        goto out;
     if (script_load(raw.c, "return 1", 8, raw.one_sha))
         goto out;
     /* keys, token and acquisition ids shaped exactly like the library's (keys.c, hold.c) */
@@ -835,6 +875,7 @@ int main(void)
         sa_ops += p->ops / 2;
     }
     if (samples_init(&sa, (size_t)sa_ops) || samples_init(&sa_idle, HANDOFFS) ||
+        samples_init(&sf, OPS_OTHER) || samples_init(&sfa, OPS_OTHER / 2) ||
         samples_init(&pp.handoff, HANDOFFS + HANDOFF_WARMUP) ||
         samples_init(&pp.unlock_call, HANDOFFS + HANDOFF_WARMUP)) {
         fail("out of memory");
@@ -911,6 +952,19 @@ int main(void)
                 }
             }
         }
+        /* f, with its own chunk of a before it, as a primitive's b */
+        for (int i = 0; i < OPS_OTHER / ROUNDS / 2; i++) {
+            uint64_t t = now_ns();
+            if (op_raw_rtt(&raw))
+                goto out;
+            add(&sfa, now_ns() - t);
+        }
+        for (int i = 0; i < OPS_OTHER / ROUNDS; i++) {
+            uint64_t t = now_ns();
+            if (op_floor(&raw))
+                goto out;
+            add(&sf, now_ns() - t);
+        }
     }
 
     /* --- a after HOLD_US of idleness, as the holder's unlock in d runs --- */
@@ -985,8 +1039,13 @@ int main(void)
                p->a50, p->b50, p->c50, cb, verdict(cb, TARGET_CB), c2a, verdict(c2a, TARGET_C2A),
                p->b50 / (2 * p->a50), script_us);
     }
+    double f50 = quantile_us(&sf, 0.5), fa50 = quantile_us(&sfa, 0.5);
+    printf("%-10s %5.1f us %5.1f us %8s %7s %6s %9s %6s %9.3f\n", "floor (f)", fa50, f50, "-",
+           "-", "", "-", "", f50 / (2 * fa50));
     printf("c / b <= 1.10: %d of %d PASS; c / (2 a) <= 1.20: %d of %d PASS\n", pass_cb, NPRIMS,
            pass_c2a, NPRIMS);
+    printf("(f: the floor, the least a fenced lease lock sends: EVALSHA of SET NX PX + INCR, then of "
+           "GET + DEL;\n no queue, no tombstone; its f / (2 a) is in the b / (2 a) column)\n");
     printf("(script/call: the server time of one EVALSHA of b, INFO commandstats usec / calls; "
            "b / (2 a) is what\n the scripts alone cost in round trips, the floor under c / (2 a))\n");
     /* how fast the server runs scripts today: the verdicts above move with it
@@ -1059,6 +1118,8 @@ out:
         redisFree(probe);
     free(sa.v);
     free(sa_idle.v);
+    free(sf.v);
+    free(sfa.v);
     free(pp.handoff.v);
     free(pp.unlock_call.v);
     ts_server_stop(&srv);
