@@ -1,0 +1,270 @@
+/* What the randomized model checks of the scripts (tests/test_model_*.c) share: the owners
+ * (threads of any processes) with their tokens, acquisition ids and what each believes it
+ * has; the waiter queue as the model sees it; the seeded random choices; one EVALSHA call
+ * shaped as the library sends it; the check of a queue key against the model; and the
+ * failure message naming the seed, the step and the call, so that RS_MODEL_SEED=N replays
+ * a failing run.
+ *
+ * Header-only and asserting (Criterion): include it from tests/test_*.c only. One test
+ * thread makes every call, so the run's state is plain statics.
+ */
+#ifndef REDISYNC_TESTS_SUPPORT_TEST_MODEL_H
+#define REDISYNC_TESTS_SUPPORT_TEST_MODEL_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "internal.h" /* rs_script_t */
+#include "test_assert.h"
+
+#define TM_OWNERS 6      /* owners in a run */
+#define TM_STEPS 2500    /* random calls per seed */
+#define TM_LEASE "60000" /* holds and queue entries never run out by themselves in a run */
+
+typedef enum { TM_IDLE, TM_QUEUED, TM_HOLDING } tm_state_t;
+
+typedef struct tm_owner {
+    char tok[48];      /* owner token (a new one when a dead waiter's process comes back) */
+    char tokhash[48];  /* SHA1 of it, as the scripts store it */
+    char id[64];       /* its current or last acquisition id */
+    tm_state_t st;
+    int handed;        /* TM_HOLDING, granted while queued: it has not learned it yet */
+    int lost;          /* TM_HOLDING in its own view, but the lease ran out or was forced */
+    char fence[32];    /* TM_HOLDING: the token of its hold */
+    char released[64]; /* the id of its last release, for a retry; "" if none */
+    int n;             /* permits wanted or held (semaphore) */
+    int gen, nid;
+} tm_owner_t;
+
+/* The queue and owners of one primitive in one run. */
+typedef struct tm_world {
+    redisContext *k;
+    char sha[41];
+    int nkeys;
+    char key[6][64];
+    tm_owner_t o[TM_OWNERS];
+    int q[4 * TM_OWNERS], nq; /* live waiters (owner indexes), in arrival order */
+    char dead[TM_STEPS][64];  /* ids of dead waiters' entries (they may linger in the queue) */
+    int ndead;
+} tm_world_t;
+
+static unsigned tm_seed;
+static int tm_step;
+static unsigned long long tm_rng, tm_last_fence;
+static char tm_what[192]; /* the call being made, for failure messages */
+
+#define TM_FAIL_IF(cond, ...)                                                                 \
+    do {                                                                                      \
+        if (cond) {                                                                           \
+            char msg_[256];                                                                   \
+            snprintf(msg_, sizeof msg_, __VA_ARGS__);                                         \
+            cr_assert_fail("seed %u step %d (%s): %s", tm_seed, tm_step, tm_what, msg_);      \
+        }                                                                                     \
+    } while (0)
+
+/* Copies an id or token between fields of the model (snprintf would warn of overlap). */
+static inline void tm_set(char *dst, size_t len, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= len)
+        n = len - 1;
+    memmove(dst, src, n);
+    dst[n] = '\0';
+}
+
+static inline unsigned tm_rnd(unsigned n)
+{
+    tm_rng ^= tm_rng << 13;
+    tm_rng ^= tm_rng >> 7;
+    tm_rng ^= tm_rng << 17;
+    return (unsigned)(tm_rng % n);
+}
+
+static inline redisReply *tm_cmd(tm_world_t *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(w->k, fmt, ap);
+    va_end(ap);
+    TM_FAIL_IF(!r, "connection error");
+    return r;
+}
+
+/* Element i of an array reply as text ("" when absent). */
+static inline const char *tm_el(const redisReply *r, size_t i, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (i < r->elements && r->element[i]->type == REDIS_REPLY_STRING)
+        snprintf(buf, len, "%s", r->element[i]->str);
+    else if (i < r->elements && r->element[i]->type == REDIS_REPLY_INTEGER)
+        snprintf(buf, len, "%lld", r->element[i]->integer);
+    return buf;
+}
+
+/* A new grant's token: above every earlier one of the run. */
+static inline void tm_saw_fence(const char *f)
+{
+    unsigned long long v = strtoull(f, NULL, 10);
+    TM_FAIL_IF(v <= tm_last_fence, "fencing token %llu not above the previous %llu", v,
+               tm_last_fence);
+    tm_last_fence = v;
+}
+
+/* Owner i starts (again, as a new process): a new token, holding and wanting nothing. */
+static inline void tm_new_owner(tm_world_t *w, int i)
+{
+    tm_owner_t *o = &w->o[i];
+    o->gen++;
+    snprintf(o->tok, sizeof o->tok, "tok%d.%d.%u", i, o->gen, tm_seed);
+    redisReply *r = tm_cmd(w, "EVAL %s 0 %s", "return redis.sha1hex(ARGV[1])", o->tok);
+    TM_FAIL_IF(r->type != REDIS_REPLY_STRING, "sha1hex");
+    tm_set(o->tokhash, sizeof o->tokhash, r->str);
+    freeReplyObject(r);
+    o->st = TM_IDLE;
+    o->handed = o->lost = o->n = 0;
+    o->id[0] = o->fence[0] = o->released[0] = '\0';
+}
+
+static inline void tm_new_id(tm_world_t *w, int i)
+{
+    tm_owner_t *o = &w->o[i];
+    snprintf(o->id, sizeof o->id, "p%d.%d:%d.%08x", i, o->gen, ++o->nid, tm_rnd(0x7fffffff));
+}
+
+/* Connects, loads script s, names the keys PREFIX:{NAME}:KIND[:SUFFIX], starts the owners. */
+static inline void tm_world_init(tm_world_t *w, const ts_server_t *s, const rs_script_t *sc,
+                                 const char *kind, const char *const *suffixes, int nkeys)
+{
+    w->k = ts_connect(s);
+    cr_assert_not_null(w->k);
+    w->nkeys = nkeys;
+    for (int j = 0; j < nkeys; j++)
+        snprintf(w->key[j], sizeof w->key[j], "rs:{model%u}:%s%s%s", tm_seed, kind,
+                 suffixes[j][0] ? ":" : "", suffixes[j]);
+    redisReply *r = redisCommand(w->k, "SCRIPT LOAD %b", sc->body, sc->len);
+    cr_assert(r && r->type == REDIS_REPLY_STRING, "SCRIPT LOAD %s", sc->name);
+    tm_set(w->sha, sizeof w->sha, r->str);
+    freeReplyObject(r);
+    for (int i = 0; i < TM_OWNERS; i++)
+        tm_new_owner(w, i);
+}
+
+/* One script call as the library makes it: KEYS, then op, owner i's token, acquisition id,
+ * lease, channel prefix, mode, max waiters, queue lease, and the primitive's extra ARGV. */
+static inline redisReply *tm_call(tm_world_t *w, const char *op, int i, const char *acq,
+                                  const char *mode, const char *const *extra, int nextra)
+{
+    const char *argv[24];
+    size_t lens[24];
+    int n = 0;
+    char nk[4];
+    snprintf(nk, sizeof nk, "%d", w->nkeys);
+    argv[n++] = "EVALSHA";
+    argv[n++] = w->sha;
+    argv[n++] = nk;
+    for (int j = 0; j < w->nkeys; j++)
+        argv[n++] = w->key[j];
+    argv[n++] = op;
+    argv[n++] = w->o[i].tok;
+    argv[n++] = acq;
+    argv[n++] = TM_LEASE;
+    argv[n++] = "rs:client:";
+    argv[n++] = mode ? mode : "q";
+    argv[n++] = "100";
+    argv[n++] = TM_LEASE;
+    for (int j = 0; j < nextra; j++)
+        argv[n++] = extra[j];
+    for (int j = 0; j < n; j++)
+        lens[j] = strlen(argv[j]);
+    redisReply *r = redisCommandArgv(w->k, n, argv, lens);
+    TM_FAIL_IF(!r, "connection error");
+    TM_FAIL_IF(r->type == REDIS_REPLY_ERROR, "%s", r->str);
+    return r;
+}
+
+static inline long long tm_int(redisReply *r)
+{
+    TM_FAIL_IF(r->type != REDIS_REPLY_INTEGER, "reply type %d, not an integer", r->type);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+static inline void tm_q_remove(tm_world_t *w, int i)
+{
+    int n = 0;
+    for (int j = 0; j < w->nq; j++)
+        if (w->q[j] != i)
+            w->q[n++] = w->q[j];
+    w->nq = n;
+}
+
+/* Fault: waiter i's process dies, its queue entry's lease set in the past (qikey's info
+ * "EXPIRYMS LEASEMS TOKENHASH ...": rest is what follows the expiry); i comes back anew. */
+static inline void tm_kill_waiter(tm_world_t *w, int i, const char *qikey, const char *rest)
+{
+    tm_owner_t *o = &w->o[i];
+    snprintf(tm_what, sizeof tm_what, "waiter %d (id %s) dies", i, o->id);
+    freeReplyObject(tm_cmd(w, "HSET %s %s 1%s", qikey, o->id, rest));
+    tm_q_remove(w, i);
+    if (w->ndead < TM_STEPS)
+        tm_set(w->dead[w->ndead++], sizeof w->dead[0], o->id);
+    tm_new_owner(w, i);
+}
+
+/* Fault: the fencing counter fkey is ahead of the server clock (the clock was set back, or
+ * the counter came from a master whose clock ran ahead): later tokens must be above it. */
+static inline void tm_counter_ahead(tm_world_t *w, const char *fkey)
+{
+    unsigned long long ahead = tm_last_fence + 1000000000ULL;
+    snprintf(tm_what, sizeof tm_what, "the fencing counter jumps to %llu", ahead);
+    freeReplyObject(tm_cmd(w, "SET %s %llu", fkey, ahead));
+    tm_last_fence = ahead;
+}
+
+/* The queue key qkey holds the model's live waiters, in order (dead entries may linger). */
+static inline void tm_check_queue(tm_world_t *w, const char *qkey)
+{
+    redisReply *r = tm_cmd(w, "ZRANGE %s 0 -1", qkey);
+    int j = 0;
+    for (size_t e = 0; e < r->elements; e++) {
+        const char *id = r->element[e]->str;
+        int dead = 0;
+        for (int d = 0; d < w->ndead && !dead; d++)
+            dead = strcmp(w->dead[d], id) == 0;
+        if (dead)
+            continue;
+        TM_FAIL_IF(j >= w->nq, "queued %s, which the model does not have waiting", id);
+        TM_FAIL_IF(strcmp(id, w->o[w->q[j]].id) != 0, "queue position %d holds %s, not %s", j,
+                   id, w->o[w->q[j]].id);
+        j++;
+    }
+    TM_FAIL_IF(j != w->nq, "%d live entries queued, the model has %d", j, w->nq);
+    freeReplyObject(r);
+}
+
+/* The seeds a test runs: RS_MODEL_SEED=N alone, or a fixed three. Returns how many. */
+static inline int tm_seeds(unsigned out[3])
+{
+    const char *env = getenv("RS_MODEL_SEED");
+    if (env && *env) {
+        out[0] = (unsigned)strtoul(env, NULL, 10);
+        return 1;
+    }
+    out[0] = 1, out[1] = 20261123, out[2] = 4242;
+    return 3;
+}
+
+static inline void tm_begin(unsigned seed)
+{
+    tm_seed = seed;
+    tm_rng = 0x9e3779b97f4a7c15ULL ^ seed;
+    tm_last_fence = 0;
+    tm_step = 0;
+}
+
+#endif
