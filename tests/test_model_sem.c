@@ -1,0 +1,398 @@
+/*
+ * test_model_sem.c - randomized model check of the semaphore's script
+ * (primitives/semaphore/semaphore.lua): thousands of random protocol calls sent straight to
+ * Redis with EVALSHA, each reply compared with what a small model of the protocol
+ * (docs/scripts.md) says, and the keys compared with the model after every step.
+ *
+ * Six owners share a semaphore of 3 permits and ask for 1 to 3 at a time: acquire (try or
+ * queue), the retry of an acquire whose reply was lost, a woken waiter's re-sent acquire,
+ * release and its retry, give (keep fewer permits; a retry of it), renewal, queue renewal,
+ * cancel and the operator's force; the faults are a holder whose lease runs out, a waiter
+ * that dies and a fencing counter ahead of the clock. What must hold: the holds are exactly
+ * the model's, never more permits than the size; waiters are served strictly in arrival
+ * order as far as the head's request fits (a large request is not passed by smaller ones
+ * behind it, nor by a newcomer); a dead waiter is skipped; tokens rise with every grant;
+ * retries are answered as the first call was; a lost hold is reported lost. Shared with the
+ * mutex's model: tests/support/test_model.h.
+ */
+#include <criterion/criterion.h>
+
+#include "redis_server.h"
+#include "scripts.h"
+#include "test_model.h"
+
+#define SIZE 3
+#define SIZE_STR "3"
+
+typedef struct sem_model {
+    tm_world_t w;            /* keys: sem, holders, hinfo, fence, queue, queue info */
+    int tomb[TM_OWNERS];     /* the owner's release tombstone is there (force wipes it) */
+    int lapsed;              /* holds run out and perhaps not purged yet (force counts them) */
+    int granted[TM_OWNERS];  /* waiters the last call served, in order */
+    int ngranted;
+} sem_model_t;
+
+static redisReply *call(sem_model_t *m, const char *op, int i, const char *mode, int n)
+{
+    char ns[16];
+    snprintf(ns, sizeof ns, "%d", n);
+    const char *extra[2] = {ns, SIZE_STR};
+    return tm_call(&m->w, op, i, m->w.o[i].id, mode, extra, 2);
+}
+
+static int taken(const sem_model_t *m)
+{
+    int t = 0;
+    for (int i = 0; i < TM_OWNERS; i++)
+        if (m->w.o[i].st == TM_HOLDING && !m->w.o[i].lost)
+            t += m->w.o[i].n;
+    return t;
+}
+
+/* The script serves the queue: heads, in order, as long as each one's request fits. */
+static void serve(sem_model_t *m)
+{
+    m->ngranted = 0;
+    while (m->w.nq > 0) {
+        int h = m->w.q[0];
+        tm_owner_t *o = &m->w.o[h];
+        if (taken(m) + o->n > SIZE)
+            break;
+        tm_q_remove(&m->w, h);
+        o->st = TM_HOLDING, o->handed = 1, o->lost = 0;
+        m->granted[m->ngranted++] = h;
+    }
+}
+
+/* Reads the tokens of the holds the last call served (in grant order: they must rise). */
+static void learn_served(sem_model_t *m)
+{
+    for (int g = 0; g < m->ngranted; g++) {
+        tm_owner_t *o = &m->w.o[m->granted[g]];
+        redisReply *r = tm_cmd(&m->w, "HGET %s %s", m->w.key[2], o->id);
+        TM_FAIL_IF(r->type != REDIS_REPLY_STRING, "no hold recorded for served waiter %s",
+                   o->id);
+        const char *f = strrchr(r->str, ' ');
+        TM_FAIL_IF(!f, "hold record '%s'", r->str);
+        tm_set(o->fence, sizeof o->fence, f + 1);
+        freeReplyObject(r);
+        tm_saw_fence(o->fence);
+    }
+    m->ngranted = 0;
+}
+
+static void granted_now(sem_model_t *m, int i, redisReply *r)
+{
+    tm_owner_t *o = &m->w.o[i];
+    char f[32];
+    tm_el(r, 1, f, sizeof f);
+    tm_saw_fence(f);
+    tm_set(o->fence, sizeof o->fence, f);
+    o->st = TM_HOLDING, o->handed = o->lost = 0;
+}
+
+/* ----- the steps -------------------------------------------------------------------------- */
+
+static void step_acquire(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    const char *mode = tm_rnd(3) == 0 ? "t" : "q";
+    o->n = 1 + (int)tm_rnd(SIZE);
+    tm_new_id(&m->w, i);
+    snprintf(tm_what, sizeof tm_what, "acq %s of %d by owner %d, id %s (taken %d, %d queued)",
+             mode, o->n, i, o->id, taken(m), m->w.nq);
+    redisReply *r = call(m, "acq", i, mode, o->n);
+    m->lapsed = 0;
+    serve(m);
+    learn_served(m);
+    long long k0 = r->element[0]->integer;
+    if (m->w.nq == 0 && taken(m) + o->n <= SIZE) {
+        TM_FAIL_IF(k0 != 1, "fits, nobody ahead: reply %lld, not a grant", k0);
+        granted_now(m, i, r);
+    } else {
+        TM_FAIL_IF(k0 != 0, "%d taken, %d queued ahead: reply %lld, not busy", taken(m),
+                   m->w.nq, k0);
+        TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != (*mode == 'q'),
+                   "busy reply's 'queued' is not %d", *mode == 'q');
+        if (*mode == 'q') {
+            o->st = TM_QUEUED;
+            m->w.q[m->w.nq++] = i;
+        }
+    }
+    freeReplyObject(r);
+}
+
+/* the same acquire again: a holder's lost reply, or a (woken) waiter's re-sent call */
+static void step_acquire_again(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "acq again of %d by owner %d, id %s (%s)", o->n, i, o->id,
+             o->st == TM_QUEUED ? "queued" : o->handed ? "handed over" : "holding");
+    redisReply *r = call(m, "acq", i, "q", o->n);
+    m->lapsed = 0;
+    long long k0 = r->element[0]->integer;
+    char f[32];
+    if (o->st == TM_HOLDING) {
+        TM_FAIL_IF(k0 != 1, "its own hold: reply %lld, not the grant again", k0);
+        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0,
+                   "the grant again with token %s, not %s", f, o->fence);
+        o->handed = 0;
+    } else {
+        serve(m);
+        learn_served(m);
+        if (o->st == TM_HOLDING) {
+            TM_FAIL_IF(k0 != 1, "served now: reply %lld, not a grant", k0);
+            TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0,
+                       "granted with token %s, its hold has %s", f, o->fence);
+            o->handed = 0;
+        } else {
+            TM_FAIL_IF(k0 != 0, "still waiting: reply %lld", k0);
+            TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != 1, "a waiter left unqueued");
+        }
+    }
+    freeReplyObject(r);
+}
+
+static void step_release(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "rel of %d by owner %d, id %s%s", o->n, i, o->id,
+             o->lost ? " (lost)" : "");
+    long long v = tm_int(call(m, "rel", i, NULL, 0));
+    if (o->lost) {
+        TM_FAIL_IF(v != 0, "a lost hold released: reply %lld", v);
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+        o->released[0] = '\0';
+        return;
+    }
+    TM_FAIL_IF(v != 1, "the holder's release: reply %lld", v);
+    o->st = TM_IDLE, o->handed = 0;
+    tm_set(o->released, sizeof o->released, o->id);
+    m->tomb[i] = 1;
+    serve(m);
+    learn_served(m);
+}
+
+static void step_release_again(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "rel again by owner %d, id %s (tombstone %s)", i,
+             o->released, m->tomb[i] ? "there" : "wiped");
+    tm_set(o->id, sizeof o->id, o->released);
+    long long v = tm_int(call(m, "rel", i, NULL, 0));
+    TM_FAIL_IF(v != m->tomb[i], "reply %lld, not %d", v, m->tomb[i]);
+    o->released[0] = '\0';
+}
+
+/* keep fewer permits (1 .. n-1), or, holding one, the same call again (a retry) */
+static void step_give(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    int keep = o->n >= 2 ? 1 + (int)tm_rnd((unsigned)o->n - 1) : o->n;
+    snprintf(tm_what, sizeof tm_what, "give: owner %d keeps %d of %d, id %s%s", i, keep, o->n,
+             o->id, o->lost ? " (lost)" : "");
+    long long v = tm_int(call(m, "give", i, NULL, keep));
+    m->lapsed = 0;
+    TM_FAIL_IF(v != !o->lost, "reply %lld", v);
+    if (o->lost) {
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+        return;
+    }
+    o->n = keep;
+    serve(m);
+    learn_served(m);
+}
+
+static void step_renew(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "renew by owner %d, id %s%s", i, o->id,
+             o->lost ? " (lost)" : "");
+    long long v = tm_int(call(m, "renew", i, NULL, 0));
+    TM_FAIL_IF(v != !o->lost, "reply %lld", v);
+    if (o->lost)
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+}
+
+static void step_qrenew(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "qrenew by owner %d, id %s%s", i, o->id,
+             o->handed ? (o->lost ? " (handed, lost)" : " (handed)") : "");
+    long long v = tm_int(call(m, "qrenew", i, NULL, o->n));
+    long long want = o->st == TM_QUEUED ? 1 : o->lost ? 0 : 2;
+    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
+    if (want == 2)
+        o->handed = 0;
+    else if (want == 0)
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+}
+
+static void step_cancel(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "cancel by owner %d, id %s%s", i, o->id,
+             o->handed ? (o->lost ? " (handed, lost)" : " (handed)") : "");
+    redisReply *r = call(m, "cancel", i, NULL, 0);
+    m->lapsed = 0;
+    TM_FAIL_IF(r->type != REDIS_REPLY_ARRAY, "reply type %d", r->type);
+    long long k0 = r->element[0]->integer;
+    if (o->st == TM_HOLDING && !o->lost) {
+        char f[32];
+        TM_FAIL_IF(k0 != 1, "served, yet cancel says %lld", k0);
+        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0, "token %s, not %s", f,
+                   o->fence);
+        o->handed = 0;
+    } else {
+        TM_FAIL_IF(k0 != 0, "reply %lld, not left the queue", k0);
+        tm_q_remove(&m->w, i);
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+        serve(m); /* those behind it may fit now */
+        learn_served(m);
+    }
+    freeReplyObject(r);
+}
+
+/* the operator's force: every hold dropped (tombstones too), the queue served afresh */
+static void step_force(sem_model_t *m)
+{
+    int live = 0;
+    for (int i = 0; i < TM_OWNERS; i++)
+        live += m->w.o[i].st == TM_HOLDING && !m->w.o[i].lost;
+    snprintf(tm_what, sizeof tm_what, "force (%d live holds, up to %d lapsed)", live, m->lapsed);
+    long long v = tm_int(call(m, "force", 0, NULL, 0));
+    TM_FAIL_IF(v < live || v > live + m->lapsed, "reply %lld", v);
+    for (int i = 0; i < TM_OWNERS; i++) {
+        if (m->w.o[i].st == TM_HOLDING)
+            m->w.o[i].lost = 1;
+        m->tomb[i] = 0;
+    }
+    m->lapsed = 0;
+    serve(m);
+    learn_served(m);
+}
+
+/* fault: holder i's lease runs out (its process stopped): its expiry is set in the past */
+static void step_expire(sem_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "the lease of holder %d (id %s) runs out", i, o->id);
+    freeReplyObject(tm_cmd(&m->w, "ZADD %s XX 1 %s", m->w.key[1], o->id));
+    o->lost = 1;
+    m->lapsed++;
+}
+
+/* ----- the check after every step ------------------------------------------------------- */
+static void check_keys(sem_model_t *m)
+{
+    /* live holds: scored by their expiry, above the lapsed ones (1) and below the tombstones */
+    redisReply *r = tm_cmd(&m->w, "ZRANGEBYSCORE %s (1000 (1000000000000000", m->w.key[1]);
+    int live = 0;
+    for (size_t e = 0; e < r->elements; e++) {
+        const char *id = r->element[e]->str;
+        int who = -1;
+        for (int i = 0; i < TM_OWNERS && who < 0; i++)
+            if (m->w.o[i].st == TM_HOLDING && !m->w.o[i].lost && strcmp(m->w.o[i].id, id) == 0)
+                who = i;
+        TM_FAIL_IF(who < 0, "%s holds permits the model does not know of", id);
+        redisReply *h = tm_cmd(&m->w, "HGET %s %s", m->w.key[2], id);
+        char want[96];
+        snprintf(want, sizeof want, "%d %s %s", m->w.o[who].n, m->w.o[who].tokhash,
+                 m->w.o[who].fence);
+        TM_FAIL_IF(h->type != REDIS_REPLY_STRING || strcmp(h->str, want) != 0,
+                   "hold %s is '%s', the model says '%s'", id,
+                   h->type == REDIS_REPLY_STRING ? h->str : "(none)", want);
+        freeReplyObject(h);
+        live++;
+    }
+    freeReplyObject(r);
+    int want_live = 0;
+    for (int i = 0; i < TM_OWNERS; i++)
+        want_live += m->w.o[i].st == TM_HOLDING && !m->w.o[i].lost;
+    TM_FAIL_IF(live != want_live, "%d live holds, the model has %d", live, want_live);
+    TM_FAIL_IF(taken(m) > SIZE, "the model itself holds %d permits", taken(m));
+    tm_check_queue(&m->w, m->w.key[4]);
+}
+
+/* ----- the run ---------------------------------------------------------------------------- */
+static void run(const ts_server_t *s, unsigned seed)
+{
+    static const char *const suffixes[] = {"", "holders", "hi", "fence", "q", "qi"};
+    sem_model_t *m = calloc(1, sizeof *m);
+    cr_assert_not_null(m);
+    tm_begin(seed);
+    tm_world_init(&m->w, s, &rs_script_semaphore, "sem", suffixes, 6);
+
+    int counts[16] = {0};
+    for (tm_step = 0; tm_step < TM_STEPS; tm_step++) {
+        int i = (int)tm_rnd(TM_OWNERS);
+        tm_owner_t *o = &m->w.o[i];
+        unsigned dice = tm_rnd(100);
+        int kind;
+        if (o->st == TM_IDLE) {
+            if (o->released[0] && dice < 15)
+                step_release_again(m, i), kind = 0;
+            else
+                step_acquire(m, i), kind = 1;
+        } else if (o->st == TM_QUEUED) {
+            if (dice < 40)
+                step_acquire_again(m, i), kind = 2;
+            else if (dice < 60)
+                step_qrenew(m, i), kind = 3;
+            else if (dice < 80)
+                step_cancel(m, i), kind = 4;
+            else
+                tm_kill_waiter(&m->w, i, m->w.key[5], " " TM_LEASE " 0 1"), kind = 5;
+        } else if (o->handed) {
+            if (dice < 50 && !o->lost)
+                step_acquire_again(m, i), kind = 2;
+            else if (dice < 75)
+                step_qrenew(m, i), kind = 3;
+            else
+                step_cancel(m, i), kind = 4;
+        } else if (o->lost) {
+            if (dice < 50)
+                step_release(m, i), kind = 6;
+            else if (dice < 80)
+                step_renew(m, i), kind = 7;
+            else
+                step_give(m, i), kind = 8;
+        } else {
+            if (dice < 40)
+                step_release(m, i), kind = 6;
+            else if (dice < 50)
+                step_renew(m, i), kind = 7;
+            else if (dice < 62)
+                step_give(m, i), kind = 8;
+            else if (dice < 72)
+                step_acquire_again(m, i), kind = 2;
+            else if (dice < 86)
+                step_expire(m, i), kind = 9;
+            else if (dice < 94)
+                step_force(m), kind = 10;
+            else
+                tm_counter_ahead(&m->w, m->w.key[3]), kind = 11;
+        }
+        counts[kind]++;
+        check_keys(m);
+    }
+    cr_log_info("seed %u: %d steps: re-released %d, acq %d, acq again %d, qrenew %d, cancel %d, "
+                "waiter died %d, rel %d, renew %d, give %d, lease ran out %d, force %d, counter "
+                "ahead %d; last token %llu", seed, TM_STEPS, counts[0], counts[1], counts[2],
+                counts[3], counts[4], counts[5], counts[6], counts[7], counts[8], counts[9],
+                counts[10], counts[11], tm_last_fence);
+    for (int kind = 0; kind <= 11; kind++)
+        cr_expect_gt(counts[kind], 0, "seed %u: step kind %d never ran", seed, kind);
+    redisFree(m->w.k);
+    free(m);
+}
+
+Test(model, sem_script_against_model, .timeout = 120)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    unsigned seeds[3];
+    for (int i = 0, n = tm_seeds(seeds); i < n; i++)
+        run(&s, seeds[i]);
+    ts_server_stop(&s);
+}
