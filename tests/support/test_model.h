@@ -56,6 +56,7 @@ static unsigned tm_seed;
 static int tm_step;
 static unsigned long long tm_rng, tm_last_fence;
 static char tm_what[192]; /* the call being made, for failure messages */
+static int tm_trace;      /* RS_MODEL_TRACE=1: every call on stderr */
 
 #define TM_FAIL_IF(cond, ...)                                                                 \
     do {                                                                                      \
@@ -182,6 +183,11 @@ static inline redisReply *tm_call(tm_world_t *w, const char *op, int i, const ch
         lens[j] = strlen(argv[j]);
     redisReply *r = redisCommandArgv(w->k, n, argv, lens);
     TM_FAIL_IF(!r, "connection error");
+    if (tm_trace)
+        fprintf(stderr, "%d: %s -> %s %lld\n", tm_step, tm_what,
+                r->type == REDIS_REPLY_ARRAY ? "array" : "int",
+                r->type == REDIS_REPLY_ARRAY && r->elements ? r->element[0]->integer
+                                                            : r->integer);
     TM_FAIL_IF(r->type == REDIS_REPLY_ERROR, "%s", r->str);
     return r;
 }
@@ -265,6 +271,7 @@ static inline void tm_begin(unsigned seed)
     tm_rng = 0x9e3779b97f4a7c15ULL ^ seed;
     tm_last_fence = 0;
     tm_step = 0;
+    tm_trace = getenv("RS_MODEL_TRACE") && atoi(getenv("RS_MODEL_TRACE")) > 0;
 }
 
 #endif

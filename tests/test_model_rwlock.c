@@ -1,0 +1,422 @@
+/*
+ * test_model_rwlock.c - randomized model check of the read-write lock's script
+ * (primitives/rwlock/rwlock.lua): thousands of random protocol calls sent straight to Redis
+ * with EVALSHA, each reply compared with what a small model of the protocol (docs/scripts.md,
+ * "rwlock") says, and the keys compared with the model after every step.
+ *
+ * Six owners, each with at most one hold at a time, read or write: acquire (try or queue),
+ * the retry of an acquire whose reply was lost, a woken waiter's re-sent acquire, a second
+ * id or an upgrade (refused), release and its retry, renewal, queue renewal, cancel and the
+ * operator's force; the faults are a writer's or a reader's lease running out, a waiter that
+ * dies and a fencing counter ahead of the clock. What must hold: one writer and no reader, or
+ * readers only, exactly the model's; one FIFO queue for both modes, admitted from the head
+ * (every reader up to the first writer, or that writer once nobody holds), never past a live
+ * waiter; tokens rise with every grant; retries are answered as the first call was; a lost
+ * hold is reported lost. Shared with the other models: tests/support/test_model.h.
+ */
+#include <criterion/criterion.h>
+
+#include "redis_server.h"
+#include "scripts.h"
+#include "test_model.h"
+
+typedef struct rw_model {
+    tm_world_t w;           /* keys: main, fence, queue, queue info, readers, reader info */
+    char mode[TM_OWNERS];   /* 'r' or 'w': the mode of the owner's current acquisition */
+    char wtomb[64];         /* the main key's 'r': the write id released last */
+    int rtomb[TM_OWNERS];   /* the owner's read tombstone names its last read release */
+    char relmode[TM_OWNERS]; /* the mode of the owner's last release */
+    int granted[TM_OWNERS]; /* waiters the last call admitted, in order */
+    int ngranted;
+} rw_model_t;
+
+static redisReply *call_as(rw_model_t *m, const char *op, int i, const char *acq,
+                           const char *qmode, char mode)
+{
+    char ms[2] = {mode, '\0'};
+    const char *extra[1] = {ms};
+    return tm_call(&m->w, op, i, acq, qmode, extra, 1);
+}
+
+static redisReply *call(rw_model_t *m, const char *op, int i, const char *qmode)
+{
+    return call_as(m, op, i, m->w.o[i].id, qmode, m->mode[i]);
+}
+
+static int live(const rw_model_t *m, int i)
+{
+    return m->w.o[i].st == TM_HOLDING && !m->w.o[i].lost;
+}
+
+static int writer(const rw_model_t *m)
+{
+    for (int i = 0; i < TM_OWNERS; i++)
+        if (live(m, i) && m->mode[i] == 'w')
+            return i;
+    return -1;
+}
+
+static int nreaders(const rw_model_t *m)
+{
+    int n = 0;
+    for (int i = 0; i < TM_OWNERS; i++)
+        n += live(m, i) && m->mode[i] == 'r';
+    return n;
+}
+
+/* The script admits from the head: readers up to the first writer while no writer holds,
+ * then that writer if no read hold is left. */
+static void admit(rw_model_t *m)
+{
+    m->ngranted = 0;
+    while (writer(m) < 0 && m->w.nq > 0) {
+        int h = m->w.q[0];
+        if (m->mode[h] == 'w' && nreaders(m) > 0)
+            return;
+        tm_q_remove(&m->w, h);
+        tm_owner_t *o = &m->w.o[h];
+        o->st = TM_HOLDING, o->handed = 1, o->lost = 0;
+        m->granted[m->ngranted++] = h;
+    }
+}
+
+/* The token of owner i's hold, as the keys have it ("" if none). */
+static void hold_fence(rw_model_t *m, int i, char *buf, size_t len)
+{
+    tm_owner_t *o = &m->w.o[i];
+    buf[0] = '\0';
+    redisReply *r = m->mode[i] == 'w' ? tm_cmd(&m->w, "HGET %s f", m->w.key[0])
+                                      : tm_cmd(&m->w, "HGET %s %s", m->w.key[5], o->tokhash);
+    if (r->type == REDIS_REPLY_STRING) {
+        if (m->mode[i] == 'w') {
+            tm_set(buf, len, r->str);
+        } else {
+            char acq[64], f[32];
+            if (sscanf(r->str, "%63s %*s %31s", acq, f) == 2)
+                tm_set(buf, len, f);
+        }
+    }
+    freeReplyObject(r);
+}
+
+static void learn_admitted(rw_model_t *m)
+{
+    for (int g = 0; g < m->ngranted; g++) {
+        int i = m->granted[g];
+        hold_fence(m, i, m->w.o[i].fence, sizeof m->w.o[i].fence);
+        TM_FAIL_IF(!m->w.o[i].fence[0], "no hold recorded for admitted waiter %s",
+                   m->w.o[i].id);
+        tm_saw_fence(m->w.o[i].fence);
+    }
+    m->ngranted = 0;
+}
+
+/* ----- the steps -------------------------------------------------------------------------- */
+
+static void step_acquire(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    const char *qmode = tm_rnd(3) == 0 ? "t" : "q";
+    m->mode[i] = tm_rnd(2) ? 'r' : 'w';
+    tm_new_id(&m->w, i);
+    snprintf(tm_what, sizeof tm_what, "acq %c %s by owner %d, id %s (writer %d, %d readers, %d "
+             "queued)", m->mode[i], qmode, i, o->id, writer(m), nreaders(m), m->w.nq);
+    redisReply *r = call(m, "acq", i, qmode);
+    admit(m);
+    learn_admitted(m);
+    long long k0 = r->element[0]->integer;
+    if (m->w.nq == 0 && writer(m) < 0 && (m->mode[i] == 'r' || nreaders(m) == 0)) {
+        char f[32];
+        TM_FAIL_IF(k0 != 1, "admissible, nobody queued: reply %lld, not a grant", k0);
+        tm_el(r, 1, f, sizeof f);
+        tm_saw_fence(f);
+        tm_set(o->fence, sizeof o->fence, f);
+        o->st = TM_HOLDING, o->handed = o->lost = 0;
+    } else {
+        TM_FAIL_IF(k0 != 0, "reply %lld, not busy", k0);
+        TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != (*qmode == 'q'),
+                   "busy reply's 'queued' is not %d", *qmode == 'q');
+        if (*qmode == 'q') {
+            o->st = TM_QUEUED;
+            m->w.q[m->w.nq++] = i;
+        }
+    }
+    freeReplyObject(r);
+}
+
+static void step_acquire_again(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "acq %c again by owner %d, id %s (%s)", m->mode[i], i,
+             o->id, o->st == TM_QUEUED ? "queued" : o->handed ? "admitted" : "holding");
+    redisReply *r = call(m, "acq", i, "q");
+    long long k0 = r->element[0]->integer;
+    char f[32];
+    if (o->st == TM_QUEUED) {
+        admit(m);
+        learn_admitted(m);
+    }
+    if (o->st == TM_HOLDING) {
+        TM_FAIL_IF(k0 != 1, "its own hold: reply %lld, not the grant again", k0);
+        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0,
+                   "the grant again with token %s, not %s", f, o->fence);
+        o->handed = 0;
+    } else {
+        TM_FAIL_IF(k0 != 0, "still waiting: reply %lld", k0);
+        TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != 1, "a waiter left unqueued");
+    }
+    freeReplyObject(r);
+}
+
+/* a holder asks under a new id: the same mode again, or write while reading (upgrade) */
+static void step_refused(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    char mode = m->mode[i] == 'r' && tm_rnd(2) ? 'w' : m->mode[i];
+    char id[64];
+    snprintf(id, sizeof id, "%s.x", o->id);
+    snprintf(tm_what, sizeof tm_what, "acq %c by owner %d holding %c, new id %s", mode, i,
+             m->mode[i], id);
+    redisReply *r = call_as(m, "acq", i, id, "q", mode);
+    TM_FAIL_IF(r->element[0]->integer != -1, "reply %lld, not refused",
+               r->element[0]->integer);
+    freeReplyObject(r);
+}
+
+static void step_release(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "rel %c by owner %d, id %s%s", m->mode[i], i, o->id,
+             o->lost ? " (lost)" : "");
+    long long v = tm_int(call(m, "rel", i, NULL));
+    if (o->lost) {
+        TM_FAIL_IF(v != 0, "a lost hold released: reply %lld", v);
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+        o->released[0] = '\0';
+        return;
+    }
+    TM_FAIL_IF(v != 1, "the holder's release: reply %lld", v);
+    o->st = TM_IDLE, o->handed = 0;
+    tm_set(o->released, sizeof o->released, o->id);
+    m->relmode[i] = m->mode[i];
+    if (m->mode[i] == 'w')
+        tm_set(m->wtomb, sizeof m->wtomb, o->id);
+    else
+        m->rtomb[i] = 1;
+    admit(m);
+    learn_admitted(m);
+}
+
+static void step_release_again(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    char mode = m->relmode[i];
+    int want = mode == 'w' ? strcmp(m->wtomb, o->released) == 0 : m->rtomb[i];
+    snprintf(tm_what, sizeof tm_what, "rel %c again by owner %d, id %s (tombstone %s)", mode, i,
+             o->released, want ? "names it" : "does not");
+    long long v = tm_int(call_as(m, "rel", i, o->released, NULL, mode));
+    TM_FAIL_IF(v != want, "reply %lld, not %d", v, want);
+    o->released[0] = '\0';
+}
+
+static void step_renew(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "renew %c by owner %d, id %s%s", m->mode[i], i, o->id,
+             o->lost ? " (lost)" : "");
+    long long v = tm_int(call(m, "renew", i, NULL));
+    TM_FAIL_IF(v != !o->lost, "reply %lld", v);
+    if (o->lost)
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+}
+
+static void step_qrenew(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "qrenew %c by owner %d, id %s%s", m->mode[i], i, o->id,
+             o->handed ? (o->lost ? " (admitted, lost)" : " (admitted)") : "");
+    long long v = tm_int(call(m, "qrenew", i, NULL));
+    long long want = o->st == TM_QUEUED ? 1 : o->lost ? 0 : 2;
+    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
+    if (want == 2)
+        o->handed = 0;
+    else if (want == 0)
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+}
+
+static void step_cancel(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "cancel %c by owner %d, id %s%s", m->mode[i], i, o->id,
+             o->handed ? (o->lost ? " (admitted, lost)" : " (admitted)") : "");
+    redisReply *r = call(m, "cancel", i, NULL);
+    TM_FAIL_IF(r->type != REDIS_REPLY_ARRAY, "reply type %d", r->type);
+    long long k0 = r->element[0]->integer;
+    if (live(m, i)) {
+        char f[32];
+        TM_FAIL_IF(k0 != 1, "admitted, yet cancel says %lld", k0);
+        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0, "token %s, not %s", f,
+                   o->fence);
+        o->handed = 0;
+    } else {
+        TM_FAIL_IF(k0 != 0, "reply %lld, not left the queue", k0);
+        tm_q_remove(&m->w, i);
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+        admit(m); /* readers behind a writer that gave up get in */
+        learn_admitted(m);
+    }
+    freeReplyObject(r);
+}
+
+/* the operator's force: every live hold dropped (tombstones kept), the head admitted */
+static void step_force(rw_model_t *m)
+{
+    int held = 0;
+    for (int i = 0; i < TM_OWNERS; i++)
+        held += live(m, i);
+    snprintf(tm_what, sizeof tm_what, "force (%d live holds)", held);
+    long long v = tm_int(call_as(m, "force", 0, "op:0", NULL, 'w'));
+    TM_FAIL_IF(v != held, "reply %lld", v);
+    for (int i = 0; i < TM_OWNERS; i++)
+        if (m->w.o[i].st == TM_HOLDING)
+            m->w.o[i].lost = 1;
+    admit(m);
+    learn_admitted(m);
+}
+
+/* fault: holder i's lease runs out (its process stopped): its expiry is set in the past */
+static void step_expire(rw_model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    snprintf(tm_what, sizeof tm_what, "the %c lease of owner %d (id %s) runs out", m->mode[i], i,
+             o->id);
+    if (m->mode[i] == 'w')
+        freeReplyObject(tm_cmd(&m->w, "HSET %s x 1", m->w.key[0]));
+    else
+        freeReplyObject(tm_cmd(&m->w, "ZADD %s XX 1 %s", m->w.key[4], o->tokhash));
+    o->lost = 1;
+}
+
+/* ----- the check after every step ------------------------------------------------------- */
+static void check_keys(rw_model_t *m)
+{
+    int wr = writer(m);
+    redisReply *r = tm_cmd(&m->w, "HMGET %s o a x", m->w.key[0]);
+    int has = r->element[0]->type == REDIS_REPLY_STRING &&
+              r->element[2]->type == REDIS_REPLY_STRING && strtoll(r->element[2]->str, NULL,
+                                                                   10) > 1000;
+    if (wr < 0) {
+        TM_FAIL_IF(has, "a live writer (%s), the model has none", r->element[1]->str);
+    } else {
+        TM_FAIL_IF(!has, "no live writer, the model has owner %d (%s)", wr, m->w.o[wr].id);
+        TM_FAIL_IF(strcmp(r->element[0]->str, m->w.o[wr].tokhash) != 0 ||
+                       strcmp(r->element[1]->str, m->w.o[wr].id) != 0,
+                   "the writer is %s, the model says %s", r->element[1]->str, m->w.o[wr].id);
+    }
+    freeReplyObject(r);
+    /* live read holds: scored by their expiry; tombstones are "r:..." */
+    r = tm_cmd(&m->w, "ZRANGEBYSCORE %s (1000 +inf", m->w.key[4]);
+    int n = 0;
+    for (size_t e = 0; e < r->elements; e++) {
+        const char *tok = r->element[e]->str;
+        if (strncmp(tok, "r:", 2) == 0)
+            continue;
+        int who = -1;
+        for (int i = 0; i < TM_OWNERS && who < 0; i++)
+            if (live(m, i) && m->mode[i] == 'r' && strcmp(m->w.o[i].tokhash, tok) == 0)
+                who = i;
+        TM_FAIL_IF(who < 0, "a read hold of %s the model does not know of", tok);
+        char f[32];
+        hold_fence(m, who, f, sizeof f);
+        TM_FAIL_IF(strcmp(f, m->w.o[who].fence) != 0, "reader %d's token %s, the model has %s",
+                   who, f, m->w.o[who].fence);
+        n++;
+    }
+    freeReplyObject(r);
+    TM_FAIL_IF(n != nreaders(m), "%d live read holds, the model has %d", n, nreaders(m));
+    TM_FAIL_IF(wr >= 0 && n > 0, "the model has a writer and readers");
+    tm_check_queue(&m->w, m->w.key[2]);
+}
+
+/* ----- the run ---------------------------------------------------------------------------- */
+static void run(const ts_server_t *s, unsigned seed)
+{
+    static const char *const suffixes[] = {"", "fence", "q", "qi", "rd", "ri"};
+    rw_model_t *m = calloc(1, sizeof *m);
+    cr_assert_not_null(m);
+    tm_begin(seed);
+    tm_world_init(&m->w, s, &rs_script_rwlock, "rwlock", suffixes, 6);
+
+    int counts[16] = {0};
+    for (tm_step = 0; tm_step < TM_STEPS; tm_step++) {
+        int i = (int)tm_rnd(TM_OWNERS);
+        tm_owner_t *o = &m->w.o[i];
+        unsigned dice = tm_rnd(100);
+        int kind;
+        if (o->st == TM_IDLE) {
+            if (o->released[0] && dice < 15)
+                step_release_again(m, i), kind = 0;
+            else
+                step_acquire(m, i), kind = 1;
+        } else if (o->st == TM_QUEUED) {
+            if (dice < 40)
+                step_acquire_again(m, i), kind = 2;
+            else if (dice < 60)
+                step_qrenew(m, i), kind = 3;
+            else if (dice < 80)
+                step_cancel(m, i), kind = 4;
+            else
+                tm_kill_waiter(&m->w, i, m->w.key[3],
+                               m->mode[i] == 'w' ? " " TM_LEASE " 0 w" : " " TM_LEASE " 0 r"),
+                    kind = 5;
+        } else if (o->handed) {
+            if (dice < 50 && !o->lost)
+                step_acquire_again(m, i), kind = 2;
+            else if (dice < 75)
+                step_qrenew(m, i), kind = 3;
+            else
+                step_cancel(m, i), kind = 4;
+        } else if (o->lost) {
+            if (dice < 60)
+                step_release(m, i), kind = 6;
+            else
+                step_renew(m, i), kind = 7;
+        } else {
+            if (dice < 45)
+                step_release(m, i), kind = 6;
+            else if (dice < 55)
+                step_renew(m, i), kind = 7;
+            else if (dice < 63)
+                step_acquire_again(m, i), kind = 2;
+            else if (dice < 70)
+                step_refused(m, i), kind = 8;
+            else if (dice < 84)
+                step_expire(m, i), kind = 9;
+            else if (dice < 92)
+                step_force(m), kind = 10;
+            else
+                tm_counter_ahead(&m->w, m->w.key[1]), kind = 11;
+        }
+        counts[kind]++;
+        check_keys(m);
+    }
+    cr_log_info("seed %u: %d steps: re-released %d, acq %d, acq again %d, qrenew %d, cancel %d, "
+                "waiter died %d, rel %d, renew %d, refused %d, lease ran out %d, force %d, "
+                "counter ahead %d; last token %llu", seed, TM_STEPS, counts[0], counts[1],
+                counts[2], counts[3], counts[4], counts[5], counts[6], counts[7], counts[8],
+                counts[9], counts[10], counts[11], tm_last_fence);
+    for (int kind = 0; kind <= 11; kind++)
+        cr_expect_gt(counts[kind], 0, "seed %u: step kind %d never ran", seed, kind);
+    redisFree(m->w.k);
+    free(m);
+}
+
+Test(model, rwlock_script_against_model, .timeout = 120)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    unsigned seeds[3];
+    for (int i = 0, n = tm_seeds(seeds); i < n; i++)
+        run(&s, seeds[i]);
+    ts_server_stop(&s);
+}
