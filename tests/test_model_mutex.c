@@ -29,7 +29,17 @@ typedef struct model {
     tm_world_t w;       /* keys: lock, fence, queue, queue info */
     int holder;         /* owner index, or -1 */
     char tombstone[64]; /* the lock's 'r': the id released last; "" once wiped */
+    char lastcall[TM_OWNERS][32]; /* rmutex: the holder's last enter/leave call id and op */
+    const char *lastop[TM_OWNERS];
+    int ncalls[TM_OWNERS];
 } model_t;
+
+/* A grant: the hold count is 1, no enter/leave call seen yet. */
+static void new_hold(model_t *m, int i)
+{
+    m->w.o[i].n = 1;
+    m->lastcall[i][0] = '\0';
+}
 
 static redisReply *call(model_t *m, const char *op, int i, const char *acq, const char *mode)
 {
@@ -53,6 +63,7 @@ static void hand_to_head(model_t *m)
     o->st = TM_HOLDING;
     o->handed = 1;
     o->lost = 0;
+    new_hold(m, h);
     redisReply *r = tm_cmd(&m->w, "HGET %s f", m->w.key[0]);
     TM_FAIL_IF(r->type != REDIS_REPLY_STRING, "no fencing token after handing over to %s", o->id);
     tm_set(o->fence, sizeof o->fence, r->str);
@@ -91,6 +102,7 @@ static void step_acquire(model_t *m, int i)
         tm_saw_fence(f);
         o->st = TM_HOLDING, o->handed = o->lost = 0;
         tm_set(o->fence, sizeof o->fence, f);
+        new_hold(m, i);
         m->holder = i;
     } else {
         TM_FAIL_IF(k0 != 0, "held by owner %d: reply %lld, not busy", m->holder, k0);
@@ -128,6 +140,7 @@ static void step_acquire_again(model_t *m, int i)
         tm_saw_fence(f);
         o->st = TM_HOLDING, o->handed = o->lost = 0;
         tm_set(o->fence, sizeof o->fence, f);
+        new_hold(m, i);
         m->holder = i;
     } else {
         TM_FAIL_IF(k0 != 0, "held by owner %d: reply %lld", m->holder, k0);
@@ -154,6 +167,7 @@ static void step_orphan(model_t *m, int i)
         tm_el(r, 1, f, sizeof f);
         tm_saw_fence(f);
         tm_set(o->fence, sizeof o->fence, f);
+        new_hold(m, i);
     } else {
         TM_FAIL_IF(k0 != -1, "a second id of the holder: reply %lld, not -1", k0);
         tm_set(o->id, sizeof o->id, old); /* it keeps its hold under the old id */
@@ -202,6 +216,28 @@ static void step_renew(model_t *m, int i)
     TM_FAIL_IF(v != !o->lost, "reply %lld", v);
     if (o->lost)
         o->st = TM_IDLE, o->lost = o->handed = 0;
+}
+
+/* The recursive mutex's re-entry (same script): enter or leave counts one more or one fewer
+ * (never below 1: the last unlock is rel); the same call id again, a retry, counts nothing. */
+static void step_count(model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    int retry = m->lastcall[i][0] && tm_rnd(4) == 0;
+    const char *op = retry ? m->lastop[i] : o->n > 1 && tm_rnd(2) ? "leave" : "enter";
+    if (!retry)
+        snprintf(m->lastcall[i], sizeof m->lastcall[i], "c%d.%d", i, ++m->ncalls[i]);
+    snprintf(tm_what, sizeof tm_what, "%s %s%s by owner %d (count %d), id %s%s", op,
+             m->lastcall[i], retry ? " again" : "", i, o->n, o->id, o->lost ? " (lost)" : "");
+    const char *extra[1] = {m->lastcall[i]};
+    long long v = tm_int(tm_call(&m->w, op, i, o->id, NULL, extra, 1));
+    long long want = o->lost ? 0 : retry ? o->n : op[0] == 'e' ? o->n + 1 : o->n - 1;
+    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
+    m->lastop[i] = op;
+    if (o->lost)
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+    else
+        o->n = (int)want;
 }
 
 static void step_qrenew(model_t *m, int i)
@@ -325,13 +361,17 @@ static void run(const ts_server_t *s, unsigned seed)
             else
                 step_cancel(m, i), kind = 4;
         } else if (o->lost) {
-            if (dice < 50)
+            if (dice < 40)
                 step_release(m, i), kind = 6;
-            else
+            else if (dice < 80)
                 step_renew(m, i), kind = 7;
+            else
+                step_count(m, i), kind = 12;
         } else {
-            if (dice < 50)
+            if (dice < 35)
                 step_release(m, i), kind = 6;
+            else if (dice < 50)
+                step_count(m, i), kind = 12;
             else if (dice < 62)
                 step_renew(m, i), kind = 7;
             else if (dice < 72)
@@ -350,11 +390,11 @@ static void run(const ts_server_t *s, unsigned seed)
     }
     cr_log_info("seed %u: %d steps: re-released %d, acq %d, acq again %d, qrenew %d, cancel %d, "
                 "waiter died %d, rel %d, renew %d, orphan %d, lease ran out %d, force %d, counter "
-                "ahead %d; last token %llu", seed, TM_STEPS, counts[0], counts[1], counts[2],
-                counts[3], counts[4], counts[5], counts[6], counts[7], counts[8], counts[9],
-                counts[10], counts[11], tm_last_fence);
+                "ahead %d, enter/leave %d; last token %llu", seed, TM_STEPS, counts[0],
+                counts[1], counts[2], counts[3], counts[4], counts[5], counts[6], counts[7],
+                counts[8], counts[9], counts[10], counts[11], counts[12], tm_last_fence);
     /* every kind of step happened, or the run proved less than it claims */
-    for (int kind = 0; kind <= 11; kind++)
+    for (int kind = 0; kind <= 12; kind++)
         cr_expect_gt(counts[kind], 0, "seed %u: step kind %d never ran", seed, kind);
     redisFree(m->w.k);
     free(m);
