@@ -30,6 +30,24 @@ typedef struct rw_model {
     int ngranted;
 } rw_model_t;
 
+/* Owners W_SLOT and R_SLOT are one thread with two handles: one token, the first always
+ * writes, the second always reads, so that a read asked while holding the write lock is a
+ * downgrade (granted at once) and a write asked while reading an upgrade (refused). One
+ * thread waits in one call at a time: neither acts while the other is queued. */
+#define W_SLOT 4
+#define R_SLOT 5
+
+static int partner(int i)
+{
+    return i == W_SLOT ? R_SLOT : i == R_SLOT ? W_SLOT : -1;
+}
+
+static void pair_token(rw_model_t *m)
+{
+    tm_set(m->w.o[R_SLOT].tok, sizeof m->w.o[R_SLOT].tok, m->w.o[W_SLOT].tok);
+    tm_set(m->w.o[R_SLOT].tokhash, sizeof m->w.o[R_SLOT].tokhash, m->w.o[W_SLOT].tokhash);
+}
+
 static redisReply *call_as(rw_model_t *m, const char *op, int i, const char *acq,
                            const char *qmode, char mode)
 {
@@ -113,18 +131,36 @@ static void learn_admitted(rw_model_t *m)
 
 /* ----- the steps -------------------------------------------------------------------------- */
 
-static void step_acquire(rw_model_t *m, int i)
+/* Returns the kind of step it was: 1, or 12 for a downgrade, 13 for an upgrade. */
+static int step_acquire(rw_model_t *m, int i)
 {
     tm_owner_t *o = &m->w.o[i];
     const char *qmode = tm_rnd(3) == 0 ? "t" : "q";
-    m->mode[i] = tm_rnd(2) ? 'r' : 'w';
+    m->mode[i] = i == W_SLOT ? 'w' : i == R_SLOT ? 'r' : tm_rnd(2) ? 'r' : 'w';
     tm_new_id(&m->w, i);
     snprintf(tm_what, sizeof tm_what, "acq %c %s by owner %d, id %s (writer %d, %d readers, %d "
              "queued)", m->mode[i], qmode, i, o->id, writer(m), nreaders(m), m->w.nq);
     redisReply *r = call(m, "acq", i, qmode);
+    long long k0 = r->element[0]->integer;
+    int p = partner(i);
+    if (p >= 0 && live(m, p)) {
+        /* the same thread holds the other mode: a downgrade is granted at once, whatever is
+         * queued; an upgrade is refused. Neither admits anyone. */
+        if (i == R_SLOT) {
+            char f[32];
+            TM_FAIL_IF(k0 != 1, "a downgrade: reply %lld, not a grant", k0);
+            tm_el(r, 1, f, sizeof f);
+            tm_saw_fence(f);
+            tm_set(o->fence, sizeof o->fence, f);
+            o->st = TM_HOLDING, o->handed = o->lost = 0;
+        } else {
+            TM_FAIL_IF(k0 != -1, "an upgrade: reply %lld, not refused", k0);
+        }
+        freeReplyObject(r);
+        return i == R_SLOT ? 12 : 13;
+    }
     admit(m);
     learn_admitted(m);
-    long long k0 = r->element[0]->integer;
     if (m->w.nq == 0 && writer(m) < 0 && (m->mode[i] == 'r' || nreaders(m) == 0)) {
         char f[32];
         TM_FAIL_IF(k0 != 1, "admissible, nobody queued: reply %lld, not a grant", k0);
@@ -142,6 +178,7 @@ static void step_acquire(rw_model_t *m, int i)
         }
     }
     freeReplyObject(r);
+    return 1;
 }
 
 static void step_acquire_again(rw_model_t *m, int i)
@@ -334,7 +371,8 @@ static void check_keys(rw_model_t *m)
     }
     freeReplyObject(r);
     TM_FAIL_IF(n != nreaders(m), "%d live read holds, the model has %d", n, nreaders(m));
-    TM_FAIL_IF(wr >= 0 && n > 0, "the model has a writer and readers");
+    TM_FAIL_IF(wr >= 0 && n > (partner(wr) >= 0 && live(m, partner(wr))),
+               "the model has a writer and other readers");
     tm_check_queue(&m->w, m->w.key[2]);
 }
 
@@ -346,6 +384,7 @@ static void run(const ts_server_t *s, unsigned seed)
     cr_assert_not_null(m);
     tm_begin(seed);
     tm_world_init(&m->w, s, &rs_script_rwlock, "rwlock", suffixes, 6);
+    pair_token(m);
 
     int counts[16] = {0};
     for (tm_step = 0; tm_step < TM_STEPS; tm_step++) {
@@ -353,17 +392,21 @@ static void run(const ts_server_t *s, unsigned seed)
         tm_owner_t *o = &m->w.o[i];
         unsigned dice = tm_rnd(100);
         int kind;
+        if (partner(i) >= 0 && m->w.o[partner(i)].st == TM_QUEUED) {
+            tm_step--; /* that thread is blocked in the other handle's call */
+            continue;
+        }
         if (o->st == TM_IDLE) {
             if (o->released[0] && dice < 15)
                 step_release_again(m, i), kind = 0;
             else
-                step_acquire(m, i), kind = 1;
+                kind = step_acquire(m, i);
         } else if (o->st == TM_QUEUED) {
             if (dice < 40)
                 step_acquire_again(m, i), kind = 2;
             else if (dice < 60)
                 step_qrenew(m, i), kind = 3;
-            else if (dice < 80)
+            else if (dice < 80 || partner(i) >= 0)
                 step_cancel(m, i), kind = 4;
             else
                 tm_kill_waiter(&m->w, i, m->w.key[3],
@@ -402,10 +445,11 @@ static void run(const ts_server_t *s, unsigned seed)
     }
     cr_log_info("seed %u: %d steps: re-released %d, acq %d, acq again %d, qrenew %d, cancel %d, "
                 "waiter died %d, rel %d, renew %d, refused %d, lease ran out %d, force %d, "
-                "counter ahead %d; last token %llu", seed, TM_STEPS, counts[0], counts[1],
-                counts[2], counts[3], counts[4], counts[5], counts[6], counts[7], counts[8],
-                counts[9], counts[10], counts[11], tm_last_fence);
-    for (int kind = 0; kind <= 11; kind++)
+                "counter ahead %d, downgrade %d, upgrade refused %d; last token %llu", seed,
+                TM_STEPS, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5],
+                counts[6], counts[7], counts[8], counts[9], counts[10], counts[11], counts[12],
+                counts[13], tm_last_fence);
+    for (int kind = 0; kind <= 13; kind++)
         cr_expect_gt(counts[kind], 0, "seed %u: step kind %d never ran", seed, kind);
     redisFree(m->w.k);
     free(m);
