@@ -94,57 +94,16 @@ static void step_acquire(model_t *m, int i)
     /* free with live waiters (the holder's lease ran out): the head is served first */
     if (m->holder < 0)
         hand_to_head(m);
-    char f[32];
-    long long k0 = r->element[0]->integer;
     if (m->holder < 0) {
-        TM_FAIL_IF(k0 != 1, "free, nobody waiting: reply %lld, not a grant", k0);
-        tm_el(r, 1, f, sizeof f);
-        tm_saw_fence(f);
-        o->st = TM_HOLDING, o->handed = o->lost = 0;
-        tm_set(o->fence, sizeof o->fence, f);
+        tm_expect_grant(&m->w, i, r, "free, nobody waiting");
         new_hold(m, i);
         m->holder = i;
     } else {
-        TM_FAIL_IF(k0 != 0, "held by owner %d: reply %lld, not busy", m->holder, k0);
-        TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != (*mode == 'q'),
-                   "busy reply's 'queued' is not %d", *mode == 'q');
+        tm_expect_busy(r, *mode == 'q', "held");
         if (*mode == 'q') {
             o->st = TM_QUEUED;
             m->w.q[m->w.nq++] = i;
         }
-    }
-    freeReplyObject(r);
-}
-
-/* the same acquire again, its reply lost (holder), or a woken waiter's re-sent call */
-static void step_acquire_again(model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "acq again by owner %d, id %s (%s)", i, o->id,
-             o->st == TM_QUEUED ? "queued" : o->handed ? "handed over" : "holding");
-    redisReply *r = call(m, "acq", i, o->id, "q");
-    if (m->holder < 0 && m->w.nq > 0 && m->w.q[0] != i)
-        hand_to_head(m);
-    char f[32];
-    long long k0 = r->element[0]->integer;
-    if (m->holder == i) {
-        TM_FAIL_IF(k0 != 1, "its own hold: reply %lld, not the grant again", k0);
-        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0,
-                   "the grant again with token %s, not %s", f, o->fence);
-        o->handed = 0;
-    } else if (m->holder < 0) {
-        /* free, and this waiter is the first live one: granted now */
-        TM_FAIL_IF(k0 != 1, "free, first live waiter: reply %lld, not a grant", k0);
-        tm_q_remove(&m->w, i);
-        tm_el(r, 1, f, sizeof f);
-        tm_saw_fence(f);
-        o->st = TM_HOLDING, o->handed = o->lost = 0;
-        tm_set(o->fence, sizeof o->fence, f);
-        new_hold(m, i);
-        m->holder = i;
-    } else {
-        TM_FAIL_IF(k0 != 0, "held by owner %d: reply %lld", m->holder, k0);
-        TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != 1, "a waiter left unqueued");
     }
     freeReplyObject(r);
 }
@@ -162,11 +121,7 @@ static void step_orphan(model_t *m, int i)
     redisReply *r = call(m, "acq", i, o->id, adopt ? "Q" : "q");
     long long k0 = r->element[0]->integer;
     if (adopt) {
-        char f[32];
-        TM_FAIL_IF(k0 != 1, "orphan not adopted: reply %lld", k0);
-        tm_el(r, 1, f, sizeof f);
-        tm_saw_fence(f);
-        tm_set(o->fence, sizeof o->fence, f);
+        tm_expect_grant(&m->w, i, r, "an orphan to adopt");
         new_hold(m, i);
     } else {
         TM_FAIL_IF(k0 != -1, "a second id of the holder: reply %lld, not -1", k0);
@@ -207,17 +162,6 @@ static void step_release_again(model_t *m, int i)
     o->released[0] = '\0';
 }
 
-static void step_renew(model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "renew by owner %d, id %s%s", i, o->id,
-             o->lost ? " (lost)" : "");
-    long long v = call_int(m, "renew", i, o->id);
-    TM_FAIL_IF(v != !o->lost, "reply %lld", v);
-    if (o->lost)
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-}
-
 /* The recursive mutex's re-entry (same script): enter or leave counts one more or one fewer
  * (never below 1: the last unlock is rel); the same call id again, a retry, counts nothing. */
 static void step_count(model_t *m, int i)
@@ -238,43 +182,6 @@ static void step_count(model_t *m, int i)
         o->st = TM_IDLE, o->lost = o->handed = 0;
     else
         o->n = (int)want;
-}
-
-static void step_qrenew(model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "qrenew by owner %d, id %s%s", i, o->id,
-             o->handed ? (o->lost ? " (handed, lost)" : " (handed)") : "");
-    long long v = call_int(m, "qrenew", i, o->id);
-    long long want = o->st == TM_QUEUED ? 1 : o->lost ? 0 : 2;
-    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
-    if (want == 2)
-        o->handed = 0;
-    else if (want == 0)
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-}
-
-static void step_cancel(model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "cancel by owner %d, id %s%s", i, o->id,
-             o->handed ? (o->lost ? " (handed, lost)" : " (handed)") : "");
-    redisReply *r = call(m, "cancel", i, o->id, NULL);
-    cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
-    long long k0 = r->element[0]->integer;
-    if (o->st == TM_HOLDING && !o->lost) {
-        char f[32];
-        TM_FAIL_IF(k0 != 1, "handed over, yet cancel says %lld", k0);
-        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0, "token %s, not %s", f,
-                   o->fence);
-        o->handed = 0;
-    } else {
-        TM_FAIL_IF(k0 != 0, "reply %lld, not left the queue", k0);
-        tm_q_remove(&m->w, i);
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-        hand_to_head(m); /* a free lock goes on to the next live waiter */
-    }
-    freeReplyObject(r);
 }
 
 /* the operator's force: drops the hold, hands to the first live waiter; the tombstone goes */
@@ -301,8 +208,9 @@ static void step_expire_holder(model_t *m)
 }
 
 /* ----- the check after every step ------------------------------------------------------- */
-static void check_keys(model_t *m)
+static void check(tm_world_t *w)
 {
+    model_t *m = (model_t *)w;
     redisReply *r = tm_cmd(&m->w, "HMGET %s o a", m->w.key[0]);
     cr_assert_eq(r->type, REDIS_REPLY_ARRAY);
     int held = r->element[0]->type == REDIS_REPLY_STRING;
@@ -323,89 +231,64 @@ static void check_keys(model_t *m)
 }
 
 /* ----- the run ---------------------------------------------------------------------------- */
-static void run(const ts_server_t *s, unsigned seed)
+enum { K_REREL = TM_K_OWN, K_ACQ, K_REL, K_ORPHAN, K_RUNS_OUT, K_FORCE, K_COUNT };
+
+static int step(tm_world_t *w, int i, unsigned dice)
+{
+    model_t *m = (model_t *)w;
+    tm_owner_t *o = &w->o[i];
+    if (o->st == TM_IDLE) {
+        if (o->released[0] && dice < 15)
+            return step_release_again(m, i), K_REREL;
+        return step_acquire(m, i), K_ACQ;
+    }
+    if (o->st == TM_QUEUED || o->handed)
+        return tm_step_waiter(w, i, dice, 1, w->key[3], " " TM_LEASE " 0");
+    if (o->lost) {
+        if (dice < 40)
+            return step_release(m, i), K_REL;
+        if (dice < 80)
+            return tm_step_renew(w, i), TM_K_RENEW;
+        return step_count(m, i), K_COUNT;
+    }
+    if (dice < 35)
+        return step_release(m, i), K_REL;
+    if (dice < 50)
+        return step_count(m, i), K_COUNT;
+    if (dice < 62)
+        return tm_step_renew(w, i), TM_K_RENEW;
+    if (dice < 72)
+        return tm_step_acquire_again(w, i), TM_K_AGAIN;
+    if (dice < 80)
+        return step_orphan(m, i), K_ORPHAN;
+    if (dice < 88)
+        return step_expire_holder(m), K_RUNS_OUT;
+    if (dice < 96)
+        return step_force(m), K_FORCE;
+    return tm_counter_ahead(w, w->key[1]), TM_K_AHEAD;
+}
+
+static void freed(tm_world_t *w)
+{
+    hand_to_head((model_t *)w); /* a free lock goes on to the first live waiter */
+}
+
+static tm_world_t *start(const ts_server_t *s)
 {
     static const char *const suffixes[] = {"", "fence", "q", "qi"};
     model_t *m = calloc(1, sizeof *m);
     cr_assert_not_null(m);
-    tm_begin(seed);
     m->holder = -1;
+    m->w.freed = freed;
     tm_world_init(&m->w, s, &rs_script_mutex, "mutex", suffixes, 4);
-
-    int counts[16] = {0};
-    for (tm_step = 0; tm_step < TM_STEPS; tm_step++) {
-        int i = (int)tm_rnd(TM_OWNERS);
-        tm_owner_t *o = &m->w.o[i];
-        unsigned dice = tm_rnd(100);
-        int kind;
-        if (o->st == TM_IDLE) {
-            if (o->released[0] && dice < 15)
-                step_release_again(m, i), kind = 0;
-            else
-                step_acquire(m, i), kind = 1;
-        } else if (o->st == TM_QUEUED) {
-            if (dice < 40)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 60)
-                step_qrenew(m, i), kind = 3;
-            else if (dice < 80)
-                step_cancel(m, i), kind = 4;
-            else
-                tm_kill_waiter(&m->w, i, m->w.key[3], " " TM_LEASE " 0"), kind = 5;
-        } else if (o->handed) {
-            /* it learns by its woken call, its queue renewal or its cancel */
-            if (dice < 50 && !o->lost)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 75)
-                step_qrenew(m, i), kind = 3;
-            else
-                step_cancel(m, i), kind = 4;
-        } else if (o->lost) {
-            if (dice < 40)
-                step_release(m, i), kind = 6;
-            else if (dice < 80)
-                step_renew(m, i), kind = 7;
-            else
-                step_count(m, i), kind = 12;
-        } else {
-            if (dice < 35)
-                step_release(m, i), kind = 6;
-            else if (dice < 50)
-                step_count(m, i), kind = 12;
-            else if (dice < 62)
-                step_renew(m, i), kind = 7;
-            else if (dice < 72)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 80)
-                step_orphan(m, i), kind = 8;
-            else if (dice < 88)
-                step_expire_holder(m), kind = 9;
-            else if (dice < 96)
-                step_force(m), kind = 10;
-            else
-                tm_counter_ahead(&m->w, m->w.key[1]), kind = 11;
-        }
-        counts[kind]++;
-        check_keys(m);
-    }
-    cr_log_info("seed %u: %d steps: re-released %d, acq %d, acq again %d, qrenew %d, cancel %d, "
-                "waiter died %d, rel %d, renew %d, orphan %d, lease ran out %d, force %d, counter "
-                "ahead %d, enter/leave %d; last token %llu", seed, TM_STEPS, counts[0],
-                counts[1], counts[2], counts[3], counts[4], counts[5], counts[6], counts[7],
-                counts[8], counts[9], counts[10], counts[11], counts[12], tm_last_fence);
-    /* every kind of step happened, or the run proved less than it claims */
-    for (int kind = 0; kind <= 12; kind++)
-        cr_expect_gt(counts[kind], 0, "seed %u: step kind %d never ran", seed, kind);
-    redisFree(m->w.k);
-    free(m);
+    return &m->w;
 }
 
 Test(model, mutex_script_against_model, .timeout = 120)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    unsigned seeds[3];
-    for (int i = 0, n = tm_seeds(seeds); i < n; i++)
-        run(&s, seeds[i]);
-    ts_server_stop(&s);
+    static const tm_model_t model = {
+        .kinds = {TM_KINDS, "re-released", "acq", "rel", "orphan", "lease ran out", "force",
+                  "enter/leave", NULL},
+        .start = start, .step = step, .check = check};
+    tm_run(&model);
 }

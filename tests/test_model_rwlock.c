@@ -28,6 +28,7 @@ typedef struct rw_model {
     char relmode[TM_OWNERS]; /* the mode of the owner's last release */
     int granted[TM_OWNERS]; /* waiters the last call admitted, in order */
     int ngranted;
+    char mbuf[2];           /* ARGV[9] of the call being made */
 } rw_model_t;
 
 /* Owners W_SLOT and R_SLOT are one thread with two handles: one token, the first always
@@ -129,9 +130,16 @@ static void learn_admitted(rw_model_t *m)
     m->ngranted = 0;
 }
 
-/* ----- the steps -------------------------------------------------------------------------- */
+static void admit_and_learn(rw_model_t *m)
+{
+    admit(m);
+    learn_admitted(m);
+}
 
-/* Returns the kind of step it was: 1, or 12 for a downgrade, 13 for an upgrade. */
+/* ----- the steps -------------------------------------------------------------------------- */
+enum { K_REREL = TM_K_OWN, K_ACQ, K_REL, K_REFUSED, K_RUNS_OUT, K_FORCE, K_DOWNGRADE, K_UPGRADE };
+
+/* Returns the kind of step it was: K_ACQ, K_DOWNGRADE or K_UPGRADE. */
 static int step_acquire(rw_model_t *m, int i)
 {
     tm_owner_t *o = &m->w.o[i];
@@ -141,68 +149,30 @@ static int step_acquire(rw_model_t *m, int i)
     snprintf(tm_what, sizeof tm_what, "acq %c %s by owner %d, id %s (writer %d, %d readers, %d "
              "queued)", m->mode[i], qmode, i, o->id, writer(m), nreaders(m), m->w.nq);
     redisReply *r = call(m, "acq", i, qmode);
-    long long k0 = r->element[0]->integer;
     int p = partner(i);
     if (p >= 0 && live(m, p)) {
         /* the same thread holds the other mode: a downgrade is granted at once, whatever is
          * queued; an upgrade is refused. Neither admits anyone. */
-        if (i == R_SLOT) {
-            char f[32];
-            TM_FAIL_IF(k0 != 1, "a downgrade: reply %lld, not a grant", k0);
-            tm_el(r, 1, f, sizeof f);
-            tm_saw_fence(f);
-            tm_set(o->fence, sizeof o->fence, f);
-            o->st = TM_HOLDING, o->handed = o->lost = 0;
-        } else {
-            TM_FAIL_IF(k0 != -1, "an upgrade: reply %lld, not refused", k0);
-        }
+        if (i == R_SLOT)
+            tm_expect_grant(&m->w, i, r, "a downgrade");
+        else
+            TM_FAIL_IF(r->element[0]->integer != -1, "an upgrade: reply %lld, not refused",
+                       r->element[0]->integer);
         freeReplyObject(r);
-        return i == R_SLOT ? 12 : 13;
+        return i == R_SLOT ? K_DOWNGRADE : K_UPGRADE;
     }
-    admit(m);
-    learn_admitted(m);
+    admit_and_learn(m);
     if (m->w.nq == 0 && writer(m) < 0 && (m->mode[i] == 'r' || nreaders(m) == 0)) {
-        char f[32];
-        TM_FAIL_IF(k0 != 1, "admissible, nobody queued: reply %lld, not a grant", k0);
-        tm_el(r, 1, f, sizeof f);
-        tm_saw_fence(f);
-        tm_set(o->fence, sizeof o->fence, f);
-        o->st = TM_HOLDING, o->handed = o->lost = 0;
+        tm_expect_grant(&m->w, i, r, "admissible, nobody queued");
     } else {
-        TM_FAIL_IF(k0 != 0, "reply %lld, not busy", k0);
-        TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != (*qmode == 'q'),
-                   "busy reply's 'queued' is not %d", *qmode == 'q');
+        tm_expect_busy(r, *qmode == 'q', m->w.nq ? "waiters ahead" : "held");
         if (*qmode == 'q') {
             o->st = TM_QUEUED;
             m->w.q[m->w.nq++] = i;
         }
     }
     freeReplyObject(r);
-    return 1;
-}
-
-static void step_acquire_again(rw_model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "acq %c again by owner %d, id %s (%s)", m->mode[i], i,
-             o->id, o->st == TM_QUEUED ? "queued" : o->handed ? "admitted" : "holding");
-    redisReply *r = call(m, "acq", i, "q");
-    long long k0 = r->element[0]->integer;
-    char f[32];
-    if (o->st == TM_QUEUED) {
-        admit(m);
-        learn_admitted(m);
-    }
-    if (o->st == TM_HOLDING) {
-        TM_FAIL_IF(k0 != 1, "its own hold: reply %lld, not the grant again", k0);
-        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0,
-                   "the grant again with token %s, not %s", f, o->fence);
-        o->handed = 0;
-    } else {
-        TM_FAIL_IF(k0 != 0, "still waiting: reply %lld", k0);
-        TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != 1, "a waiter left unqueued");
-    }
-    freeReplyObject(r);
+    return K_ACQ;
 }
 
 /* a holder asks under a new id: the same mode again, or write while reading (upgrade) */
@@ -240,8 +210,7 @@ static void step_release(rw_model_t *m, int i)
         tm_set(m->wtomb, sizeof m->wtomb, o->id);
     else
         m->rtomb[i] = 1;
-    admit(m);
-    learn_admitted(m);
+    admit_and_learn(m);
 }
 
 static void step_release_again(rw_model_t *m, int i)
@@ -256,55 +225,6 @@ static void step_release_again(rw_model_t *m, int i)
     o->released[0] = '\0';
 }
 
-static void step_renew(rw_model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "renew %c by owner %d, id %s%s", m->mode[i], i, o->id,
-             o->lost ? " (lost)" : "");
-    long long v = tm_int(call(m, "renew", i, NULL));
-    TM_FAIL_IF(v != !o->lost, "reply %lld", v);
-    if (o->lost)
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-}
-
-static void step_qrenew(rw_model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "qrenew %c by owner %d, id %s%s", m->mode[i], i, o->id,
-             o->handed ? (o->lost ? " (admitted, lost)" : " (admitted)") : "");
-    long long v = tm_int(call(m, "qrenew", i, NULL));
-    long long want = o->st == TM_QUEUED ? 1 : o->lost ? 0 : 2;
-    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
-    if (want == 2)
-        o->handed = 0;
-    else if (want == 0)
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-}
-
-static void step_cancel(rw_model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "cancel %c by owner %d, id %s%s", m->mode[i], i, o->id,
-             o->handed ? (o->lost ? " (admitted, lost)" : " (admitted)") : "");
-    redisReply *r = call(m, "cancel", i, NULL);
-    TM_FAIL_IF(r->type != REDIS_REPLY_ARRAY, "reply type %d", r->type);
-    long long k0 = r->element[0]->integer;
-    if (live(m, i)) {
-        char f[32];
-        TM_FAIL_IF(k0 != 1, "admitted, yet cancel says %lld", k0);
-        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0, "token %s, not %s", f,
-                   o->fence);
-        o->handed = 0;
-    } else {
-        TM_FAIL_IF(k0 != 0, "reply %lld, not left the queue", k0);
-        tm_q_remove(&m->w, i);
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-        admit(m); /* readers behind a writer that gave up get in */
-        learn_admitted(m);
-    }
-    freeReplyObject(r);
-}
-
 /* the operator's force: every live hold dropped (tombstones kept), the head admitted */
 static void step_force(rw_model_t *m)
 {
@@ -317,8 +237,7 @@ static void step_force(rw_model_t *m)
     for (int i = 0; i < TM_OWNERS; i++)
         if (m->w.o[i].st == TM_HOLDING)
             m->w.o[i].lost = 1;
-    admit(m);
-    learn_admitted(m);
+    admit_and_learn(m);
 }
 
 /* fault: holder i's lease runs out (its process stopped): its expiry is set in the past */
@@ -335,8 +254,9 @@ static void step_expire(rw_model_t *m, int i)
 }
 
 /* ----- the check after every step ------------------------------------------------------- */
-static void check_keys(rw_model_t *m)
+static void check(tm_world_t *w)
 {
+    rw_model_t *m = (rw_model_t *)w;
     int wr = writer(m);
     redisReply *r = tm_cmd(&m->w, "HMGET %s o a x", m->w.key[0]);
     int has = r->element[0]->type == REDIS_REPLY_STRING &&
@@ -377,90 +297,71 @@ static void check_keys(rw_model_t *m)
 }
 
 /* ----- the run ---------------------------------------------------------------------------- */
-static void run(const ts_server_t *s, unsigned seed)
+static int step(tm_world_t *w, int i, unsigned dice)
+{
+    rw_model_t *m = (rw_model_t *)w;
+    tm_owner_t *o = &w->o[i];
+    if (partner(i) >= 0 && w->o[partner(i)].st == TM_QUEUED)
+        return -1; /* that thread is blocked in the other handle's call */
+    if (o->st == TM_IDLE) {
+        if (o->released[0] && dice < 15)
+            return step_release_again(m, i), K_REREL;
+        return step_acquire(m, i);
+    }
+    if (o->st == TM_QUEUED || o->handed)
+        return tm_step_waiter(w, i, dice, partner(i) < 0, w->key[3],
+                              m->mode[i] == 'w' ? " " TM_LEASE " 0 w" : " " TM_LEASE " 0 r");
+    if (o->lost) {
+        if (dice < 60)
+            return step_release(m, i), K_REL;
+        return tm_step_renew(w, i), TM_K_RENEW;
+    }
+    if (dice < 45)
+        return step_release(m, i), K_REL;
+    if (dice < 55)
+        return tm_step_renew(w, i), TM_K_RENEW;
+    if (dice < 63)
+        return tm_step_acquire_again(w, i), TM_K_AGAIN;
+    if (dice < 70)
+        return step_refused(m, i), K_REFUSED;
+    if (dice < 84)
+        return step_expire(m, i), K_RUNS_OUT;
+    if (dice < 92)
+        return step_force(m), K_FORCE;
+    return tm_counter_ahead(w, w->key[1]), TM_K_AHEAD;
+}
+
+/* ARGV[9]: the mode of the owner's hold or request */
+static int extra(tm_world_t *w, int i, const char *argv[2])
+{
+    rw_model_t *m = (rw_model_t *)w;
+    m->mbuf[0] = m->mode[i];
+    argv[0] = m->mbuf;
+    return 1;
+}
+
+static void freed(tm_world_t *w)
+{
+    admit_and_learn((rw_model_t *)w); /* readers behind a writer that gave up get in */
+}
+
+static tm_world_t *start(const ts_server_t *s)
 {
     static const char *const suffixes[] = {"", "fence", "q", "qi", "rd", "ri"};
     rw_model_t *m = calloc(1, sizeof *m);
     cr_assert_not_null(m);
-    tm_begin(seed);
+    m->w.extra = extra;
+    m->w.freed = freed;
     tm_world_init(&m->w, s, &rs_script_rwlock, "rwlock", suffixes, 6);
     pair_token(m);
-
-    int counts[16] = {0};
-    for (tm_step = 0; tm_step < TM_STEPS; tm_step++) {
-        int i = (int)tm_rnd(TM_OWNERS);
-        tm_owner_t *o = &m->w.o[i];
-        unsigned dice = tm_rnd(100);
-        int kind;
-        if (partner(i) >= 0 && m->w.o[partner(i)].st == TM_QUEUED) {
-            tm_step--; /* that thread is blocked in the other handle's call */
-            continue;
-        }
-        if (o->st == TM_IDLE) {
-            if (o->released[0] && dice < 15)
-                step_release_again(m, i), kind = 0;
-            else
-                kind = step_acquire(m, i);
-        } else if (o->st == TM_QUEUED) {
-            if (dice < 40)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 60)
-                step_qrenew(m, i), kind = 3;
-            else if (dice < 80 || partner(i) >= 0)
-                step_cancel(m, i), kind = 4;
-            else
-                tm_kill_waiter(&m->w, i, m->w.key[3],
-                               m->mode[i] == 'w' ? " " TM_LEASE " 0 w" : " " TM_LEASE " 0 r"),
-                    kind = 5;
-        } else if (o->handed) {
-            if (dice < 50 && !o->lost)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 75)
-                step_qrenew(m, i), kind = 3;
-            else
-                step_cancel(m, i), kind = 4;
-        } else if (o->lost) {
-            if (dice < 60)
-                step_release(m, i), kind = 6;
-            else
-                step_renew(m, i), kind = 7;
-        } else {
-            if (dice < 45)
-                step_release(m, i), kind = 6;
-            else if (dice < 55)
-                step_renew(m, i), kind = 7;
-            else if (dice < 63)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 70)
-                step_refused(m, i), kind = 8;
-            else if (dice < 84)
-                step_expire(m, i), kind = 9;
-            else if (dice < 92)
-                step_force(m), kind = 10;
-            else
-                tm_counter_ahead(&m->w, m->w.key[1]), kind = 11;
-        }
-        counts[kind]++;
-        check_keys(m);
-    }
-    cr_log_info("seed %u: %d steps: re-released %d, acq %d, acq again %d, qrenew %d, cancel %d, "
-                "waiter died %d, rel %d, renew %d, refused %d, lease ran out %d, force %d, "
-                "counter ahead %d, downgrade %d, upgrade refused %d; last token %llu", seed,
-                TM_STEPS, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5],
-                counts[6], counts[7], counts[8], counts[9], counts[10], counts[11], counts[12],
-                counts[13], tm_last_fence);
-    for (int kind = 0; kind <= 13; kind++)
-        cr_expect_gt(counts[kind], 0, "seed %u: step kind %d never ran", seed, kind);
-    redisFree(m->w.k);
-    free(m);
+    return &m->w;
 }
 
 Test(model, rwlock_script_against_model, .timeout = 120)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    unsigned seeds[3];
-    for (int i = 0, n = tm_seeds(seeds); i < n; i++)
-        run(&s, seeds[i]);
-    ts_server_stop(&s);
+    static const tm_model_t model = {
+        .kinds = {TM_KINDS, "re-released", "acq", "rel", "refused", "lease ran out", "force",
+                  "downgrade", "upgrade refused", NULL},
+        .start = start, .step = step, .check = check};
+    tm_run(&model);
 }

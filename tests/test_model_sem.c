@@ -30,6 +30,7 @@ typedef struct sem_model {
     int lapsed;              /* holds run out and perhaps not purged yet (force counts them) */
     int granted[TM_OWNERS];  /* waiters the last call served, in order */
     int ngranted;
+    char nbuf[16];           /* ARGV[9] of the call being made */
 } sem_model_t;
 
 static redisReply *call(sem_model_t *m, const char *op, int i, const char *mode, int n)
@@ -64,7 +65,7 @@ static void serve(sem_model_t *m)
     }
 }
 
-/* Reads the tokens of the holds the last call served (in grant order: they must rise). */
+/* Reads the tokens of the holds serve() gave (in grant order: they must rise). */
 static void learn_served(sem_model_t *m)
 {
     for (int g = 0; g < m->ngranted; g++) {
@@ -81,14 +82,10 @@ static void learn_served(sem_model_t *m)
     m->ngranted = 0;
 }
 
-static void granted_now(sem_model_t *m, int i, redisReply *r)
+static void serve_and_learn(sem_model_t *m)
 {
-    tm_owner_t *o = &m->w.o[i];
-    char f[32];
-    tm_el(r, 1, f, sizeof f);
-    tm_saw_fence(f);
-    tm_set(o->fence, sizeof o->fence, f);
-    o->st = TM_HOLDING, o->handed = o->lost = 0;
+    serve(m);
+    learn_served(m);
 }
 
 /* ----- the steps -------------------------------------------------------------------------- */
@@ -103,51 +100,14 @@ static void step_acquire(sem_model_t *m, int i)
              mode, o->n, i, o->id, taken(m), m->w.nq);
     redisReply *r = call(m, "acq", i, mode, o->n);
     m->lapsed = 0;
-    serve(m);
-    learn_served(m);
-    long long k0 = r->element[0]->integer;
+    serve_and_learn(m);
     if (m->w.nq == 0 && taken(m) + o->n <= SIZE) {
-        TM_FAIL_IF(k0 != 1, "fits, nobody ahead: reply %lld, not a grant", k0);
-        granted_now(m, i, r);
+        tm_expect_grant(&m->w, i, r, "fits, nobody ahead");
     } else {
-        TM_FAIL_IF(k0 != 0, "%d taken, %d queued ahead: reply %lld, not busy", taken(m),
-                   m->w.nq, k0);
-        TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != (*mode == 'q'),
-                   "busy reply's 'queued' is not %d", *mode == 'q');
+        tm_expect_busy(r, *mode == 'q', m->w.nq ? "waiters ahead" : "does not fit");
         if (*mode == 'q') {
             o->st = TM_QUEUED;
             m->w.q[m->w.nq++] = i;
-        }
-    }
-    freeReplyObject(r);
-}
-
-/* the same acquire again: a holder's lost reply, or a (woken) waiter's re-sent call */
-static void step_acquire_again(sem_model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "acq again of %d by owner %d, id %s (%s)", o->n, i, o->id,
-             o->st == TM_QUEUED ? "queued" : o->handed ? "handed over" : "holding");
-    redisReply *r = call(m, "acq", i, "q", o->n);
-    m->lapsed = 0;
-    long long k0 = r->element[0]->integer;
-    char f[32];
-    if (o->st == TM_HOLDING) {
-        TM_FAIL_IF(k0 != 1, "its own hold: reply %lld, not the grant again", k0);
-        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0,
-                   "the grant again with token %s, not %s", f, o->fence);
-        o->handed = 0;
-    } else {
-        serve(m);
-        learn_served(m);
-        if (o->st == TM_HOLDING) {
-            TM_FAIL_IF(k0 != 1, "served now: reply %lld, not a grant", k0);
-            TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0,
-                       "granted with token %s, its hold has %s", f, o->fence);
-            o->handed = 0;
-        } else {
-            TM_FAIL_IF(k0 != 0, "still waiting: reply %lld", k0);
-            TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != 1, "a waiter left unqueued");
         }
     }
     freeReplyObject(r);
@@ -169,8 +129,7 @@ static void step_release(sem_model_t *m, int i)
     o->st = TM_IDLE, o->handed = 0;
     tm_set(o->released, sizeof o->released, o->id);
     m->tomb[i] = 1;
-    serve(m);
-    learn_served(m);
+    serve_and_learn(m);
 }
 
 static void step_release_again(sem_model_t *m, int i)
@@ -201,58 +160,7 @@ static void step_give(sem_model_t *m, int i)
         return; /* the same call again: answered at once, nothing freed, nobody served */
     m->lapsed = 0;
     o->n = keep;
-    serve(m);
-    learn_served(m);
-}
-
-static void step_renew(sem_model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "renew by owner %d, id %s%s", i, o->id,
-             o->lost ? " (lost)" : "");
-    long long v = tm_int(call(m, "renew", i, NULL, 0));
-    TM_FAIL_IF(v != !o->lost, "reply %lld", v);
-    if (o->lost)
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-}
-
-static void step_qrenew(sem_model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "qrenew by owner %d, id %s%s", i, o->id,
-             o->handed ? (o->lost ? " (handed, lost)" : " (handed)") : "");
-    long long v = tm_int(call(m, "qrenew", i, NULL, o->n));
-    long long want = o->st == TM_QUEUED ? 1 : o->lost ? 0 : 2;
-    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
-    if (want == 2)
-        o->handed = 0;
-    else if (want == 0)
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-}
-
-static void step_cancel(sem_model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "cancel by owner %d, id %s%s", i, o->id,
-             o->handed ? (o->lost ? " (handed, lost)" : " (handed)") : "");
-    redisReply *r = call(m, "cancel", i, NULL, 0);
-    m->lapsed = 0;
-    TM_FAIL_IF(r->type != REDIS_REPLY_ARRAY, "reply type %d", r->type);
-    long long k0 = r->element[0]->integer;
-    if (o->st == TM_HOLDING && !o->lost) {
-        char f[32];
-        TM_FAIL_IF(k0 != 1, "served, yet cancel says %lld", k0);
-        TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0, "token %s, not %s", f,
-                   o->fence);
-        o->handed = 0;
-    } else {
-        TM_FAIL_IF(k0 != 0, "reply %lld, not left the queue", k0);
-        tm_q_remove(&m->w, i);
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-        serve(m); /* those behind it may fit now */
-        learn_served(m);
-    }
-    freeReplyObject(r);
+    serve_and_learn(m);
 }
 
 /* the operator's force: every hold dropped (tombstones too), the queue served afresh */
@@ -270,8 +178,7 @@ static void step_force(sem_model_t *m)
         m->tomb[i] = 0;
     }
     m->lapsed = 0;
-    serve(m);
-    learn_served(m);
+    serve_and_learn(m);
 }
 
 /* fault: holder i's lease runs out (its process stopped): its expiry is set in the past */
@@ -285,8 +192,9 @@ static void step_expire(sem_model_t *m, int i)
 }
 
 /* ----- the check after every step ------------------------------------------------------- */
-static void check_keys(sem_model_t *m)
+static void check(tm_world_t *w)
 {
+    sem_model_t *m = (sem_model_t *)w;
     /* live holds: scored by their expiry, above the lapsed ones (1) and below the tombstones */
     redisReply *r = tm_cmd(&m->w, "ZRANGEBYSCORE %s (1000 (1000000000000000", m->w.key[1]);
     int live = 0;
@@ -317,84 +225,75 @@ static void check_keys(sem_model_t *m)
 }
 
 /* ----- the run ---------------------------------------------------------------------------- */
-static void run(const ts_server_t *s, unsigned seed)
+enum { K_REREL = TM_K_OWN, K_ACQ, K_REL, K_GIVE, K_RUNS_OUT, K_FORCE };
+
+static int step(tm_world_t *w, int i, unsigned dice)
+{
+    sem_model_t *m = (sem_model_t *)w;
+    tm_owner_t *o = &w->o[i];
+    if (o->st == TM_IDLE) {
+        if (o->released[0] && dice < 15)
+            return step_release_again(m, i), K_REREL;
+        return step_acquire(m, i), K_ACQ;
+    }
+    if (o->st == TM_QUEUED || o->handed)
+        return tm_step_waiter(w, i, dice, 1, w->key[5],
+                              " " TM_LEASE " 0 1");
+    if (o->lost) {
+        if (dice < 50)
+            return step_release(m, i), K_REL;
+        if (dice < 80)
+            return tm_step_renew(w, i), TM_K_RENEW;
+        return step_give(m, i), K_GIVE;
+    }
+    if (dice < 40)
+        return step_release(m, i), K_REL;
+    if (dice < 50)
+        return tm_step_renew(w, i), TM_K_RENEW;
+    if (dice < 62)
+        return step_give(m, i), K_GIVE;
+    if (dice < 72)
+        return tm_step_acquire_again(w, i), TM_K_AGAIN;
+    if (dice < 86)
+        return step_expire(m, i), K_RUNS_OUT;
+    if (dice < 94)
+        return step_force(m), K_FORCE;
+    return tm_counter_ahead(w, w->key[3]), TM_K_AHEAD;
+}
+
+/* ARGV[9], ARGV[10]: the permits the owner wants or holds, the size to create it with */
+static int extra(tm_world_t *w, int i, const char *argv[2])
+{
+    sem_model_t *m = (sem_model_t *)w;
+    snprintf(m->nbuf, sizeof m->nbuf, "%d", w->o[i].n);
+    argv[0] = m->nbuf;
+    argv[1] = SIZE_STR;
+    return 2;
+}
+
+static void freed(tm_world_t *w)
+{
+    sem_model_t *m = (sem_model_t *)w;
+    m->lapsed = 0; /* every call that serves counts the permits taken, purging first */
+    serve_and_learn(m);
+}
+
+static tm_world_t *start(const ts_server_t *s)
 {
     static const char *const suffixes[] = {"", "holders", "hi", "fence", "q", "qi"};
     sem_model_t *m = calloc(1, sizeof *m);
     cr_assert_not_null(m);
-    tm_begin(seed);
+    m->w.extra = extra;
+    m->w.freed = freed;
     tm_world_init(&m->w, s, &rs_script_semaphore, "sem", suffixes, 6);
-
-    int counts[16] = {0};
-    for (tm_step = 0; tm_step < TM_STEPS; tm_step++) {
-        int i = (int)tm_rnd(TM_OWNERS);
-        tm_owner_t *o = &m->w.o[i];
-        unsigned dice = tm_rnd(100);
-        int kind;
-        if (o->st == TM_IDLE) {
-            if (o->released[0] && dice < 15)
-                step_release_again(m, i), kind = 0;
-            else
-                step_acquire(m, i), kind = 1;
-        } else if (o->st == TM_QUEUED) {
-            if (dice < 40)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 60)
-                step_qrenew(m, i), kind = 3;
-            else if (dice < 80)
-                step_cancel(m, i), kind = 4;
-            else
-                tm_kill_waiter(&m->w, i, m->w.key[5], " " TM_LEASE " 0 1"), kind = 5;
-        } else if (o->handed) {
-            if (dice < 50 && !o->lost)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 75)
-                step_qrenew(m, i), kind = 3;
-            else
-                step_cancel(m, i), kind = 4;
-        } else if (o->lost) {
-            if (dice < 50)
-                step_release(m, i), kind = 6;
-            else if (dice < 80)
-                step_renew(m, i), kind = 7;
-            else
-                step_give(m, i), kind = 8;
-        } else {
-            if (dice < 40)
-                step_release(m, i), kind = 6;
-            else if (dice < 50)
-                step_renew(m, i), kind = 7;
-            else if (dice < 62)
-                step_give(m, i), kind = 8;
-            else if (dice < 72)
-                step_acquire_again(m, i), kind = 2;
-            else if (dice < 86)
-                step_expire(m, i), kind = 9;
-            else if (dice < 94)
-                step_force(m), kind = 10;
-            else
-                tm_counter_ahead(&m->w, m->w.key[3]), kind = 11;
-        }
-        counts[kind]++;
-        check_keys(m);
-    }
-    cr_log_info("seed %u: %d steps: re-released %d, acq %d, acq again %d, qrenew %d, cancel %d, "
-                "waiter died %d, rel %d, renew %d, give %d, lease ran out %d, force %d, counter "
-                "ahead %d; last token %llu", seed, TM_STEPS, counts[0], counts[1], counts[2],
-                counts[3], counts[4], counts[5], counts[6], counts[7], counts[8], counts[9],
-                counts[10], counts[11], tm_last_fence);
-    for (int kind = 0; kind <= 11; kind++)
-        cr_expect_gt(counts[kind], 0, "seed %u: step kind %d never ran", seed, kind);
-    redisFree(m->w.k);
-    free(m);
+    return &m->w;
 }
 
 Test(model, sem_script_against_model, .timeout = 120)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    unsigned seeds[3];
-    for (int i = 0, n = tm_seeds(seeds); i < n; i++)
-        run(&s, seeds[i]);
-    ts_server_stop(&s);
+    static const tm_model_t model = {
+        .kinds = {TM_KINDS, "re-released", "acq", "rel", "give", "lease ran out", "force",
+                  NULL},
+        .start = start, .step = step, .check = check};
+    tm_run(&model);
 }

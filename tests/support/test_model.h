@@ -1,9 +1,10 @@
 /* What the randomized model checks of the scripts (tests/test_model_*.c) share: the owners
  * (threads of any processes) with their tokens, acquisition ids and what each believes it
  * has; the waiter queue as the model sees it; the seeded random choices; one EVALSHA call
- * shaped as the library sends it; the check of a queue key against the model; and the
- * failure message naming the seed, the step and the call, so that RS_MODEL_SEED=N replays
- * a failing run.
+ * shaped as the library sends it; the steps every queueing script answers alike (renew,
+ * qrenew, cancel); the check of a queue key against the model; the run (seeds, steps, the
+ * check after each); and the failure message naming the seed, the step and the call, so
+ * that RS_MODEL_SEED=N replays a failing run.
  *
  * Header-only and asserting (Criterion): include it from tests/test_*.c only. One test
  * thread makes every call, so the run's state is plain statics.
@@ -40,8 +41,10 @@ typedef struct tm_owner {
     int gen, nid;
 } tm_owner_t;
 
-/* The queue and owners of one primitive in one run. */
-typedef struct tm_world {
+/* The queue and owners of one primitive in one run. A model embeds it first and fills in
+ * extra and freed, which the shared steps below call. */
+typedef struct tm_world tm_world_t;
+struct tm_world {
     redisContext *k;
     char sha[41];
     int nkeys;
@@ -50,7 +53,12 @@ typedef struct tm_world {
     int q[4 * TM_OWNERS], nq; /* live waiters (owner indexes), in arrival order */
     char dead[TM_STEPS][64];  /* ids of dead waiters' entries (they may linger in the queue) */
     int ndead;
-} tm_world_t;
+    /* ARGV[9..] of owner i's calls, the primitive's own (at most 2); returns how many */
+    int (*extra)(tm_world_t *w, int i, const char *argv[2]);
+    /* a call freed something: the script serves its queue, the model does the same (and
+     * checks the tokens of those it served) */
+    void (*freed)(tm_world_t *w);
+};
 
 static unsigned tm_seed;
 static int tm_step;
@@ -192,6 +200,15 @@ static inline redisReply *tm_call(tm_world_t *w, const char *op, int i, const ch
     return r;
 }
 
+/* tm_call with owner i's own extra arguments. */
+static inline redisReply *tm_call_owner(tm_world_t *w, const char *op, int i, const char *acq,
+                                        const char *mode)
+{
+    const char *extra[2];
+    int n = w->extra ? w->extra(w, i, extra) : 0;
+    return tm_call(w, op, i, acq, mode, extra, n);
+}
+
 static inline long long tm_int(redisReply *r)
 {
     TM_FAIL_IF(r->type != REDIS_REPLY_INTEGER, "reply type %d, not an integer", r->type);
@@ -230,6 +247,140 @@ static inline void tm_counter_ahead(tm_world_t *w, const char *fkey)
     snprintf(tm_what, sizeof tm_what, "the fencing counter jumps to %llu", ahead);
     freeReplyObject(tm_cmd(w, "SET %s %llu", fkey, ahead));
     tm_last_fence = ahead;
+}
+
+/* Reply r grants owner i a new hold (why: what made the model expect one); its token must be
+ * above every earlier one. */
+static inline void tm_expect_grant(tm_world_t *w, int i, redisReply *r, const char *why)
+{
+    tm_owner_t *o = &w->o[i];
+    char f[32];
+    TM_FAIL_IF(r->element[0]->integer != 1, "%s: reply %lld, not a grant", why,
+               r->element[0]->integer);
+    tm_el(r, 1, f, sizeof f);
+    tm_saw_fence(f);
+    tm_set(o->fence, sizeof o->fence, f);
+    o->st = TM_HOLDING, o->handed = o->lost = 0;
+}
+
+/* Reply r is the grant owner i has already (a retry, or a waiter learning of it), with the
+ * same token. */
+static inline void tm_expect_grant_again(tm_world_t *w, int i, redisReply *r)
+{
+    tm_owner_t *o = &w->o[i];
+    char f[32];
+    TM_FAIL_IF(r->element[0]->integer != 1, "its own hold: reply %lld, not the grant again",
+               r->element[0]->integer);
+    TM_FAIL_IF(strcmp(tm_el(r, 1, f, sizeof f), o->fence) != 0,
+               "the grant again with token %s, not %s", f, o->fence);
+    o->handed = 0;
+}
+
+/* Reply r says busy (why: what made the model expect it), the caller queued or not. */
+static inline void tm_expect_busy(redisReply *r, int queued, const char *why)
+{
+    TM_FAIL_IF(r->element[0]->integer != 0, "%s: reply %lld, not busy", why,
+               r->element[0]->integer);
+    TM_FAIL_IF(r->elements < 3 || r->element[2]->integer != queued,
+               "busy reply's 'queued' is not %d", queued);
+}
+
+/* ----- the steps every queueing script shares ------------------------------------------ */
+
+/* Renewal by a holder: 1, or 0 once its hold is lost (it then knows). */
+static inline void tm_step_renew(tm_world_t *w, int i)
+{
+    tm_owner_t *o = &w->o[i];
+    snprintf(tm_what, sizeof tm_what, "renew by owner %d, id %s%s", i, o->id,
+             o->lost ? " (lost)" : "");
+    long long v = tm_int(tm_call_owner(w, "renew", i, o->id, NULL));
+    TM_FAIL_IF(v != !o->lost, "reply %lld", v);
+    if (o->lost)
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+}
+
+/* The same acquire again: a holder's lost reply, or a waiter's re-sent call (woken or not).
+ * The script serves its queue first, so a waiter may be granted now, with the token its hold
+ * records. */
+static inline void tm_step_acquire_again(tm_world_t *w, int i)
+{
+    tm_owner_t *o = &w->o[i];
+    snprintf(tm_what, sizeof tm_what, "acq again by owner %d, id %s (%s)", i, o->id,
+             o->st == TM_QUEUED ? "queued" : o->handed ? "granted" : "holding");
+    redisReply *r = tm_call_owner(w, "acq", i, o->id, "q");
+    if (o->st == TM_QUEUED)
+        w->freed(w);
+    if (o->st == TM_HOLDING)
+        tm_expect_grant_again(w, i, r);
+    else
+        tm_expect_busy(r, 1, "still waiting");
+    freeReplyObject(r);
+}
+
+/* Queue renewal by a waiter: 1 still queued, 2 granted meanwhile (it learns), 0 its entry is
+ * gone (granted, then lost). */
+static inline void tm_step_qrenew(tm_world_t *w, int i)
+{
+    tm_owner_t *o = &w->o[i];
+    snprintf(tm_what, sizeof tm_what, "qrenew by owner %d, id %s%s", i, o->id,
+             o->handed ? (o->lost ? " (granted, lost)" : " (granted)") : "");
+    long long v = tm_int(tm_call_owner(w, "qrenew", i, o->id, NULL));
+    long long want = o->st == TM_QUEUED ? 1 : o->lost ? 0 : 2;
+    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
+    if (want == 2)
+        o->handed = 0;
+    else if (want == 0)
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+}
+
+/* A waiter gives up: granted meanwhile, it keeps the grant; else it leaves the queue, and
+ * those behind it may be served. */
+static inline void tm_step_cancel(tm_world_t *w, int i)
+{
+    tm_owner_t *o = &w->o[i];
+    snprintf(tm_what, sizeof tm_what, "cancel by owner %d, id %s%s", i, o->id,
+             o->handed ? (o->lost ? " (granted, lost)" : " (granted)") : "");
+    redisReply *r = tm_call_owner(w, "cancel", i, o->id, NULL);
+    TM_FAIL_IF(r->type != REDIS_REPLY_ARRAY, "reply type %d", r->type);
+    long long k0 = r->element[0]->integer;
+    if (o->st == TM_HOLDING && !o->lost) {
+        tm_expect_grant_again(w, i, r);
+    } else {
+        TM_FAIL_IF(k0 != 0, "reply %lld, not left the queue", k0);
+        tm_q_remove(w, i);
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+        w->freed(w);
+    }
+    freeReplyObject(r);
+}
+
+/* The kinds of step every model makes, first in its list of kinds (TM_KINDS names them, in
+ * this order); a model's own kinds follow from TM_K_OWN. */
+enum { TM_K_AGAIN, TM_K_QRENEW, TM_K_CANCEL, TM_K_DIES, TM_K_RENEW, TM_K_AHEAD, TM_K_OWN };
+#define TM_KINDS "acq again", "qrenew", "cancel", "waiter died", "renew", "counter ahead"
+
+/* A step of waiter i, queued or granted without knowing yet: its re-sent acquire, a queue
+ * renewal, a cancel, or, queued and may_die, its process dies (its entry in qikey
+ * becomes "1" dead_rest). Returns the kind. */
+static inline int tm_step_waiter(tm_world_t *w, int i, unsigned dice, int may_die,
+                                 const char *qikey, const char *dead_rest)
+{
+    tm_owner_t *o = &w->o[i];
+    if (o->st == TM_QUEUED) {
+        if (dice < 40)
+            return tm_step_acquire_again(w, i), TM_K_AGAIN;
+        if (dice < 60)
+            return tm_step_qrenew(w, i), TM_K_QRENEW;
+        if (dice < 80 || !may_die)
+            return tm_step_cancel(w, i), TM_K_CANCEL;
+        return tm_kill_waiter(w, i, qikey, dead_rest), TM_K_DIES;
+    }
+    /* granted meanwhile: it learns by its woken call, its queue renewal or its cancel */
+    if (dice < 50 && !o->lost)
+        return tm_step_acquire_again(w, i), TM_K_AGAIN;
+    if (dice < 75)
+        return tm_step_qrenew(w, i), TM_K_QRENEW;
+    return tm_step_cancel(w, i), TM_K_CANCEL;
 }
 
 /* The queue key qkey holds the model's live waiters, in order (dead entries may linger). */
@@ -272,6 +423,54 @@ static inline void tm_begin(unsigned seed)
     tm_last_fence = 0;
     tm_step = 0;
     tm_trace = getenv("RS_MODEL_TRACE") && atoi(getenv("RS_MODEL_TRACE")) > 0;
+}
+
+/* ----- the run ---------------------------------------------------------------------------- */
+
+/* A model: its steps' names (for the log; every one must run in every seed), and how to
+ * start it on a server, make one step for owner i, check the keys and free it. */
+typedef struct tm_model {
+    const char *kinds[16]; /* NULL-terminated */
+    tm_world_t *(*start)(const ts_server_t *s);
+    int (*step)(tm_world_t *w, int i, unsigned dice); /* the kind made, -1: none (i waits) */
+    void (*check)(tm_world_t *w);
+} tm_model_t;
+
+/* TM_STEPS random steps per seed on one throwaway redis-server, the keys checked after each. */
+static inline void tm_run(const tm_model_t *md)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    unsigned seeds[3];
+    for (int k = 0, nseeds = tm_seeds(seeds); k < nseeds; k++) {
+        tm_begin(seeds[k]);
+        tm_world_t *w = md->start(&s);
+        int counts[16] = {0}, nk = 0;
+        while (md->kinds[nk])
+            nk++;
+        while (tm_step < TM_STEPS) {
+            int i = (int)tm_rnd(TM_OWNERS);
+            int kind = md->step(w, i, tm_rnd(100));
+            if (kind < 0)
+                continue;
+            counts[kind]++;
+            md->check(w);
+            tm_step++;
+        }
+        char line[512];
+        size_t used = 0;
+        for (int j = 0; j < nk && used < sizeof line; j++)
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s %d", j ? ", " : "",
+                                     md->kinds[j], counts[j]);
+        cr_log_info("seed %u: %d steps: %s; last token %llu", seeds[k], TM_STEPS, line,
+                    tm_last_fence);
+        /* every kind of step happened, or the run proved less than it claims */
+        for (int j = 0; j < nk; j++)
+            cr_expect_gt(counts[j], 0, "seed %u: no step \"%s\" ran", seeds[k], md->kinds[j]);
+        redisFree(w->k);
+        free(w);
+    }
+    ts_server_stop(&s);
 }
 
 #endif
