@@ -99,11 +99,7 @@ static void step_acquire(model_t *m, int i)
         new_hold(m, i);
         m->holder = i;
     } else {
-        tm_expect_busy(r, *mode == 'q', "held");
-        if (*mode == 'q') {
-            o->st = TM_QUEUED;
-            m->w.q[m->w.nq++] = i;
-        }
+        tm_expect_busy_new(&m->w, i, r, mode, "held");
     }
     freeReplyObject(r);
 }

@@ -165,11 +165,7 @@ static int step_acquire(rw_model_t *m, int i)
     if (m->w.nq == 0 && writer(m) < 0 && (m->mode[i] == 'r' || nreaders(m) == 0)) {
         tm_expect_grant(&m->w, i, r, "admissible, nobody queued");
     } else {
-        tm_expect_busy(r, *qmode == 'q', m->w.nq ? "waiters ahead" : "held");
-        if (*qmode == 'q') {
-            o->st = TM_QUEUED;
-            m->w.q[m->w.nq++] = i;
-        }
+        tm_expect_busy_new(&m->w, i, r, qmode, m->w.nq ? "waiters ahead" : "held");
     }
     freeReplyObject(r);
     return K_ACQ;

@@ -104,11 +104,7 @@ static void step_acquire(sem_model_t *m, int i)
     if (m->w.nq == 0 && taken(m) + o->n <= SIZE) {
         tm_expect_grant(&m->w, i, r, "fits, nobody ahead");
     } else {
-        tm_expect_busy(r, *mode == 'q', m->w.nq ? "waiters ahead" : "does not fit");
-        if (*mode == 'q') {
-            o->st = TM_QUEUED;
-            m->w.q[m->w.nq++] = i;
-        }
+        tm_expect_busy_new(&m->w, i, r, mode, m->w.nq ? "waiters ahead" : "does not fit");
     }
     freeReplyObject(r);
 }

@@ -285,6 +285,18 @@ static inline void tm_expect_busy(redisReply *r, int queued, const char *why)
                "busy reply's 'queued' is not %d", queued);
 }
 
+/* A new acquire found the primitive busy (why): with mode "q" the caller waits at the tail. */
+static inline void tm_expect_busy_new(tm_world_t *w, int i, redisReply *r, const char *mode,
+                                      const char *why)
+{
+    int queue = *mode == 'q';
+    tm_expect_busy(r, queue, why);
+    if (queue) {
+        w->o[i].st = TM_QUEUED;
+        w->q[w->nq++] = i;
+    }
+}
+
 /* ----- the steps every queueing script shares ------------------------------------------ */
 
 /* Renewal by a holder: 1, or 0 once its hold is lost (it then knows). */
