@@ -32,6 +32,13 @@ typedef struct model {
     char lastcall[TM_OWNERS][32]; /* rmutex: the holder's last enter/leave call id and op */
     const char *lastop[TM_OWNERS];
     int ncalls[TM_OWNERS];
+    /* a second mutex, B, taken only together with this one by multilock.lua (parts A and B,
+     * one acquisition id) and released part by part by mutex.lua, as rs_multilock does */
+    char bkey[4][64];
+    char ml_sha[41];
+    int b_holder;       /* owner index, or -1 */
+    char b_id[64];      /* the id it holds B under */
+    unsigned long long b_last_fence;
 } model_t;
 
 /* A grant: the hold count is 1, no enter/leave call seen yet. */
@@ -126,9 +133,21 @@ static void step_orphan(model_t *m, int i)
     freeReplyObject(r);
 }
 
+/* The multilock holder i releases part B too (whatever became of its hold of A). */
+static void release_b(model_t *m, int i)
+{
+    if (m->b_holder != i)
+        return;
+    snprintf(tm_what, sizeof tm_what, "rel of part B by owner %d, id %s", i, m->b_id);
+    long long v = tm_int(tm_call_keys(&m->w, m->bkey, 4, "rel", i, m->b_id, NULL, NULL, 0));
+    TM_FAIL_IF(v != 1, "reply %lld", v);
+    m->b_holder = -1;
+}
+
 static void step_release(model_t *m, int i)
 {
     tm_owner_t *o = &m->w.o[i];
+    release_b(m, i);
     snprintf(tm_what, sizeof tm_what, "rel by owner %d, id %s%s", i, o->id,
              o->lost ? " (lost)" : "");
     long long v = call_int(m, "rel", i, o->id);
@@ -144,6 +163,61 @@ static void step_release(model_t *m, int i)
     tm_set(o->released, sizeof o->released, o->id);
     tm_set(m->tombstone, sizeof m->tombstone, o->id);
     hand_to_head(m);
+}
+
+static redisReply *multilock_call(model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    const char *argv[] = {"EVALSHA", m->ml_sha, "6", m->w.key[0], m->w.key[1], m->w.key[2],
+                          m->bkey[0], m->bkey[1], m->bkey[2], o->tok, o->id, TM_LEASE};
+    redisReply *r = tm_send(&m->w, (int)(sizeof argv / sizeof argv[0]), argv);
+    TM_FAIL_IF(r->type != REDIS_REPLY_ARRAY || r->elements < 2, "reply type %d", r->type);
+    return r;
+}
+
+/* multilock.lua takes A and B under one id, or nothing: A busy or with anyone queued (dead
+ * entries too: they go first) is part 1's refusal, B busy part 2's. A grant is sent again at
+ * once (its reply lost) and must be answered with the same tokens. Returns whether it was
+ * granted. */
+static int step_multilock(model_t *m, int i)
+{
+    tm_owner_t *o = &m->w.o[i];
+    tm_new_id(&m->w, i);
+    redisReply *r = tm_cmd(&m->w, "ZCARD %s", m->w.key[2]);
+    long long queued = r->integer;
+    freeReplyObject(r);
+    snprintf(tm_what, sizeof tm_what, "multilock of A and B by owner %d, id %s (A: holder %d, "
+             "%lld queued; B: holder %d)", i, o->id, m->holder, queued, m->b_holder);
+    r = multilock_call(m, i);
+    long long k0 = r->element[0]->integer, part = r->element[1]->integer;
+    char fa[32], fb[32], again[32];
+    tm_el(r, 1, fa, sizeof fa);
+    tm_el(r, 2, fb, sizeof fb);
+    freeReplyObject(r);
+    if (m->holder >= 0 || queued > 0 || m->b_holder >= 0) {
+        long long want = m->holder >= 0 || queued > 0 ? 1 : 2;
+        TM_FAIL_IF(k0 != 0 || part != want, "reply {%lld, %lld}, not part %lld busy", k0, part,
+                   want);
+        return 0;
+    }
+    TM_FAIL_IF(k0 != 1, "both free, nobody queued: reply %lld, not a grant", k0);
+    tm_saw_fence(fa);
+    unsigned long long b = strtoull(fb, NULL, 10);
+    TM_FAIL_IF(b <= m->b_last_fence, "part B's token %llu not above %llu", b, m->b_last_fence);
+    m->b_last_fence = b;
+    tm_set(o->fence, sizeof o->fence, fa);
+    o->st = TM_HOLDING, o->handed = o->lost = 0;
+    new_hold(m, i);
+    m->holder = m->b_holder = i;
+    tm_set(m->b_id, sizeof m->b_id, o->id);
+
+    snprintf(tm_what, sizeof tm_what, "multilock again by owner %d, id %s", i, o->id);
+    r = multilock_call(m, i);
+    TM_FAIL_IF(r->element[0]->integer != 1 || strcmp(tm_el(r, 1, again, sizeof again), fa) != 0 ||
+                   strcmp(tm_el(r, 2, again, sizeof again), fb) != 0,
+               "reply %lld: not the grant again (%s, %s)", r->element[0]->integer, fa, fb);
+    freeReplyObject(r);
+    return 1;
 }
 
 /* a release retried (its reply lost): 1 while the lock's tombstone names it, else 0 */
@@ -224,10 +298,19 @@ static void check(tm_world_t *w)
     }
     freeReplyObject(r);
     tm_check_queue(&m->w, m->w.key[2]);
+    r = tm_cmd(&m->w, "HMGET %s o a", m->bkey[0]);
+    int b_held = r->element[0]->type == REDIS_REPLY_STRING;
+    TM_FAIL_IF(b_held != (m->b_holder >= 0) ||
+                   (b_held && (strcmp(r->element[0]->str, m->w.o[m->b_holder].tokhash) != 0 ||
+                               strcmp(r->element[1]->str, m->b_id) != 0)),
+               "part B is %s, the model says %s", b_held ? r->element[1]->str : "free",
+               m->b_holder >= 0 ? m->b_id : "free");
+    freeReplyObject(r);
 }
 
 /* ----- the run ---------------------------------------------------------------------------- */
-enum { K_REREL = TM_K_OWN, K_ACQ, K_REL, K_ORPHAN, K_RUNS_OUT, K_FORCE, K_COUNT };
+enum { K_REREL = TM_K_OWN, K_ACQ, K_REL, K_ORPHAN, K_RUNS_OUT, K_FORCE, K_COUNT, K_MULTI_NO,
+       K_MULTI };
 
 static int step(tm_world_t *w, int i, unsigned dice)
 {
@@ -236,12 +319,16 @@ static int step(tm_world_t *w, int i, unsigned dice)
     if (o->st == TM_IDLE) {
         if (o->released[0] && dice < 15)
             return step_release_again(m, i), K_REREL;
+        /* a multilock gets both parts only when A is free and nobody queued: try it then */
+        if (dice < 20 || (m->holder < 0 && m->w.nq == 0 && dice < 90))
+            return step_multilock(m, i) ? K_MULTI : K_MULTI_NO;
         return step_acquire(m, i), K_ACQ;
     }
     if (o->st == TM_QUEUED || o->handed)
         return tm_step_waiter(w, i, dice, 1, w->key[3], " " TM_LEASE " 0");
     if (o->lost) {
-        if (dice < 40)
+        /* a multilock that learns of a lost part unlocks every part */
+        if (dice < 40 || m->b_holder == i)
             return step_release(m, i), K_REL;
         if (dice < 80)
             return tm_step_renew(w, i), TM_K_RENEW;
@@ -274,9 +361,13 @@ static tm_world_t *start(const ts_server_t *s)
     static const char *const suffixes[] = {"", "fence", "q", "qi"};
     model_t *m = calloc(1, sizeof *m);
     cr_assert_not_null(m);
-    m->holder = -1;
+    m->holder = m->b_holder = -1;
     m->w.freed = freed;
     tm_world_init(&m->w, s, &rs_script_mutex, "mutex", suffixes, 4);
+    for (int j = 0; j < 4; j++)
+        snprintf(m->bkey[j], sizeof m->bkey[j], "rs:{model%u}:mutex-b%s%s", tm_seed,
+                 suffixes[j][0] ? ":" : "", suffixes[j]);
+    tm_load(&m->w, &rs_script_multilock, m->ml_sha);
     return &m->w;
 }
 
@@ -284,7 +375,7 @@ Test(model, mutex_script_against_model, .timeout = 120)
 {
     static const tm_model_t model = {
         .kinds = {TM_KINDS, "re-released", "acq", "rel", "orphan", "lease ran out", "force",
-                  "enter/leave", NULL},
+                  "enter/leave", "multilock refused", "multilock granted", NULL},
         .start = start, .step = step, .check = check};
     tm_run(&model);
 }

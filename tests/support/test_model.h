@@ -144,6 +144,15 @@ static inline void tm_new_id(tm_world_t *w, int i)
     snprintf(o->id, sizeof o->id, "p%d.%d:%d.%08x", i, o->gen, ++o->nid, tm_rnd(0x7fffffff));
 }
 
+/* SCRIPT LOAD of sc; its SHA1 into sha[41]. */
+static inline void tm_load(tm_world_t *w, const rs_script_t *sc, char *sha)
+{
+    redisReply *r = redisCommand(w->k, "SCRIPT LOAD %b", sc->body, sc->len);
+    cr_assert(r && r->type == REDIS_REPLY_STRING, "SCRIPT LOAD %s", sc->name);
+    tm_set(sha, 41, r->str);
+    freeReplyObject(r);
+}
+
 /* Connects, loads script s, names the keys PREFIX:{NAME}:KIND[:SUFFIX], starts the owners. */
 static inline void tm_world_init(tm_world_t *w, const ts_server_t *s, const rs_script_t *sc,
                                  const char *kind, const char *const *suffixes, int nkeys)
@@ -154,29 +163,45 @@ static inline void tm_world_init(tm_world_t *w, const ts_server_t *s, const rs_s
     for (int j = 0; j < nkeys; j++)
         snprintf(w->key[j], sizeof w->key[j], "rs:{model%u}:%s%s%s", tm_seed, kind,
                  suffixes[j][0] ? ":" : "", suffixes[j]);
-    redisReply *r = redisCommand(w->k, "SCRIPT LOAD %b", sc->body, sc->len);
-    cr_assert(r && r->type == REDIS_REPLY_STRING, "SCRIPT LOAD %s", sc->name);
-    tm_set(w->sha, sizeof w->sha, r->str);
-    freeReplyObject(r);
+    tm_load(w, sc, w->sha);
     for (int i = 0; i < TM_OWNERS; i++)
         tm_new_owner(w, i);
 }
 
-/* One script call as the library makes it: KEYS, then op, owner i's token, acquisition id,
- * lease, channel prefix, mode, max waiters, queue lease, and the primitive's extra ARGV. */
-static inline redisReply *tm_call(tm_world_t *w, const char *op, int i, const char *acq,
-                                  const char *mode, const char *const *extra, int nextra)
+/* Sends one command (argv), fails the test on a connection error or an error reply, and
+ * with RS_MODEL_TRACE prints the call and the first element of its reply. */
+static inline redisReply *tm_send(tm_world_t *w, int argc, const char **argv)
+{
+    size_t lens[24];
+    for (int j = 0; j < argc; j++)
+        lens[j] = strlen(argv[j]);
+    redisReply *r = redisCommandArgv(w->k, argc, argv, lens);
+    TM_FAIL_IF(!r, "connection error");
+    if (tm_trace)
+        fprintf(stderr, "%d: %s -> %s %lld\n", tm_step, tm_what,
+                r->type == REDIS_REPLY_ARRAY ? "array" : "int",
+                r->type == REDIS_REPLY_ARRAY && r->elements ? r->element[0]->integer
+                                                            : r->integer);
+    TM_FAIL_IF(r->type == REDIS_REPLY_ERROR, "%s", r->str);
+    return r;
+}
+
+/* One script call as the library makes it, on keys: KEYS, then op, owner i's token,
+ * acquisition id, lease, channel prefix, mode, max waiters, queue lease, and the primitive's
+ * extra ARGV. */
+static inline redisReply *tm_call_keys(tm_world_t *w, char (*keys)[64], int nkeys,
+                                       const char *op, int i, const char *acq, const char *mode,
+                                       const char *const *extra, int nextra)
 {
     const char *argv[24];
-    size_t lens[24];
     int n = 0;
     char nk[4];
-    snprintf(nk, sizeof nk, "%d", w->nkeys);
+    snprintf(nk, sizeof nk, "%d", nkeys);
     argv[n++] = "EVALSHA";
     argv[n++] = w->sha;
     argv[n++] = nk;
-    for (int j = 0; j < w->nkeys; j++)
-        argv[n++] = w->key[j];
+    for (int j = 0; j < nkeys; j++)
+        argv[n++] = keys[j];
     argv[n++] = op;
     argv[n++] = w->o[i].tok;
     argv[n++] = acq;
@@ -187,17 +212,14 @@ static inline redisReply *tm_call(tm_world_t *w, const char *op, int i, const ch
     argv[n++] = TM_LEASE;
     for (int j = 0; j < nextra; j++)
         argv[n++] = extra[j];
-    for (int j = 0; j < n; j++)
-        lens[j] = strlen(argv[j]);
-    redisReply *r = redisCommandArgv(w->k, n, argv, lens);
-    TM_FAIL_IF(!r, "connection error");
-    if (tm_trace)
-        fprintf(stderr, "%d: %s -> %s %lld\n", tm_step, tm_what,
-                r->type == REDIS_REPLY_ARRAY ? "array" : "int",
-                r->type == REDIS_REPLY_ARRAY && r->elements ? r->element[0]->integer
-                                                            : r->integer);
-    TM_FAIL_IF(r->type == REDIS_REPLY_ERROR, "%s", r->str);
-    return r;
+    return tm_send(w, n, argv);
+}
+
+/* The same on the model's own keys. */
+static inline redisReply *tm_call(tm_world_t *w, const char *op, int i, const char *acq,
+                                  const char *mode, const char *const *extra, int nextra)
+{
+    return tm_call_keys(w, w->key, w->nkeys, op, i, acq, mode, extra, nextra);
 }
 
 /* tm_call with owner i's own extra arguments. */
