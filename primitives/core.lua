@@ -41,10 +41,19 @@ local function next_fence(fkey, now_us)
   return s
 end
 
+-- The id of the mutex's last released acquisition, from the HMGET o a f r of its hash: a held
+-- mutex keeps it in 'r'; a free one that kept its last hold's 'a', 'f' and 'r' (mutex.lua's
+-- release_free) names it in 'a' ('r' only: the layout before).
+local function mutex_released(h)
+  if h[1] then return h[4] end
+  return h[2] or h[4]
+end
+
 -- Grants the mutex whose hash is lock (fencing counter fkey) to owner tokhash under
 -- acquisition id acq for lease ms: the hold fields of mutex.lua (docs/scripts.md), shared
 -- with multilock.lua, which grants several mutexes in one call. prev: the id of the last
--- released acquisition, kept. The caller has read fkey and lock first (type checks).
+-- released acquisition (mutex_released), kept. The caller has read fkey and lock first
+-- (type checks).
 local function mutex_grant(lock, fkey, tokhash, acq, lease, now_us, prev)
   local f = next_fence(fkey, now_us)
   redis.call('HSET', lock, 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', 1, 'e', '')

@@ -28,7 +28,10 @@
 typedef struct model {
     tm_world_t w;       /* keys: lock, fence, queue, queue info */
     int holder;         /* owner index, or -1 */
-    char tombstone[64]; /* the lock's 'r': the id released last; "" once wiped */
+    /* the release tombstones: a free lock keeps its last hold's 'a' (the id released last)
+     * and 'r' (the one released before it, carried by the grant); a held lock only 'r';
+     * "" once the key is gone. A retried release of either is answered 1. */
+    char rel_a[64], rel_r[64];
     char lastcall[TM_OWNERS][32]; /* rmutex: the holder's last enter/leave call id and op */
     const char *lastop[TM_OWNERS];
     int ncalls[TM_OWNERS];
@@ -41,11 +44,15 @@ typedef struct model {
     unsigned long long b_last_fence;
 } model_t;
 
-/* A grant: the hold count is 1, no enter/leave call seen yet. */
+/* A grant: the hold count is 1, no enter/leave call seen yet; the grant of a free lock carries
+ * the id released last into 'r' (an orphan's adoption, of a held lock, keeps 'r'). */
 static void new_hold(model_t *m, int i)
 {
     m->w.o[i].n = 1;
     m->lastcall[i][0] = '\0';
+    if (m->rel_a[0])
+        tm_set(m->rel_r, sizeof m->rel_r, m->rel_a);
+    m->rel_a[0] = '\0';
 }
 
 static redisReply *call(model_t *m, const char *op, int i, const char *acq, const char *mode)
@@ -161,7 +168,7 @@ static void step_release(model_t *m, int i)
     m->holder = -1;
     o->st = TM_IDLE, o->handed = 0;
     tm_set(o->released, sizeof o->released, o->id);
-    tm_set(m->tombstone, sizeof m->tombstone, o->id);
+    tm_set(m->rel_a, sizeof m->rel_a, o->id); /* the next grant, a handoff too, carries it */
     hand_to_head(m);
 }
 
@@ -220,14 +227,15 @@ static int step_multilock(model_t *m, int i)
     return 1;
 }
 
-/* a release retried (its reply lost): 1 while the lock's tombstone names it, else 0 */
+/* a release retried (its reply lost): 1 while a tombstone names it, else 0 */
 static void step_release_again(model_t *m, int i)
 {
     tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "rel again by owner %d, id %s (tombstone %s)", i,
-             o->released, m->tombstone[0] ? m->tombstone : "none");
+    snprintf(tm_what, sizeof tm_what, "rel again by owner %d, id %s (tombstones '%s' '%s')", i,
+             o->released, m->rel_a, m->rel_r);
     long long v = call_int(m, "rel", i, o->released);
-    long long want = strcmp(m->tombstone, o->released) == 0;
+    long long want = strcmp(m->rel_r, o->released) == 0 ||
+                     (m->rel_a[0] && strcmp(m->rel_a, o->released) == 0);
     TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
     o->released[0] = '\0';
 }
@@ -262,7 +270,7 @@ static void step_force(model_t *m)
     TM_FAIL_IF(v != (m->holder >= 0), "reply %lld", v);
     if (m->holder >= 0) {
         holder_lost(m);
-        m->tombstone[0] = '\0';
+        m->rel_a[0] = m->rel_r[0] = '\0'; /* the key is deleted, tombstones and all */
         hand_to_head(m);
     }
 }
@@ -274,7 +282,7 @@ static void step_expire_holder(model_t *m)
     freeReplyObject(tm_cmd(&m->w, "PEXPIRE %s 1", m->w.key[0]));
     usleep(3000);
     holder_lost(m);
-    m->tombstone[0] = '\0';
+    m->rel_a[0] = m->rel_r[0] = '\0';
 }
 
 /* ----- the check after every step ------------------------------------------------------- */

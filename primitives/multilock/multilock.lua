@@ -39,7 +39,7 @@ for i = 1, n do
   elseif queued > 0 then
     return {0, i, 0}
   end
-  prev[i] = h[4]
+  prev[i] = mutex_released(h)
 end
 
 if mine == n then
