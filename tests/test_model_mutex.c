@@ -32,9 +32,6 @@ typedef struct model {
      * and 'r' (the one released before it, carried by the grant); a held lock only 'r';
      * "" once the key is gone. A retried release of either is answered 1. */
     char rel_a[64], rel_r[64];
-    char lastcall[TM_OWNERS][32]; /* rmutex: the holder's last enter/leave call id and op */
-    const char *lastop[TM_OWNERS];
-    int ncalls[TM_OWNERS];
     /* a second mutex, B, taken only together with this one by multilock.lua (parts A and B,
      * one acquisition id) and released part by part by mutex.lua, as rs_multilock does */
     char bkey[4][64];
@@ -48,8 +45,7 @@ typedef struct model {
  * the id released last into 'r' (an orphan's adoption, of a held lock, keeps 'r'). */
 static void new_hold(model_t *m, int i)
 {
-    m->w.o[i].n = 1;
-    m->lastcall[i][0] = '\0';
+    tm_fresh_hold(&m->w.o[i]);
     if (m->rel_a[0])
         tm_set(m->rel_r, sizeof m->rel_r, m->rel_a);
     m->rel_a[0] = '\0';
@@ -240,28 +236,6 @@ static void step_release_again(model_t *m, int i)
     o->released[0] = '\0';
 }
 
-/* The recursive mutex's re-entry (same script): enter or leave counts one more or one fewer
- * (never below 1: the last unlock is rel); the same call id again, a retry, counts nothing. */
-static void step_count(model_t *m, int i)
-{
-    tm_owner_t *o = &m->w.o[i];
-    int retry = m->lastcall[i][0] && tm_rnd(4) == 0;
-    const char *op = retry ? m->lastop[i] : o->n > 1 && tm_rnd(2) ? "leave" : "enter";
-    if (!retry)
-        snprintf(m->lastcall[i], sizeof m->lastcall[i], "c%d.%d", i, ++m->ncalls[i]);
-    snprintf(tm_what, sizeof tm_what, "%s %s%s by owner %d (count %d), id %s%s", op,
-             m->lastcall[i], retry ? " again" : "", i, o->n, o->id, o->lost ? " (lost)" : "");
-    const char *extra[1] = {m->lastcall[i]};
-    long long v = tm_int(tm_call(&m->w, op, i, o->id, NULL, extra, 1));
-    long long want = o->lost ? 0 : retry ? o->n : op[0] == 'e' ? o->n + 1 : o->n - 1;
-    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
-    m->lastop[i] = op;
-    if (o->lost)
-        o->st = TM_IDLE, o->lost = o->handed = 0;
-    else
-        o->n = (int)want;
-}
-
 /* the operator's force: drops the hold, hands to the first live waiter; the tombstone goes */
 static void step_force(model_t *m)
 {
@@ -340,12 +314,12 @@ static int step(tm_world_t *w, int i, unsigned dice)
             return step_release(m, i), K_REL;
         if (dice < 80)
             return tm_step_renew(w, i), TM_K_RENEW;
-        return step_count(m, i), K_COUNT;
+        return tm_step_count(w, i), K_COUNT;
     }
     if (dice < 35)
         return step_release(m, i), K_REL;
     if (dice < 50)
-        return step_count(m, i), K_COUNT;
+        return tm_step_count(w, i), K_COUNT;
     if (dice < 62)
         return tm_step_renew(w, i), TM_K_RENEW;
     if (dice < 72)

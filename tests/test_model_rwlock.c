@@ -126,6 +126,7 @@ static void learn_admitted(rw_model_t *m)
         TM_FAIL_IF(!m->w.o[i].fence[0], "no hold recorded for admitted waiter %s",
                    m->w.o[i].id);
         tm_saw_fence(m->w.o[i].fence);
+        tm_fresh_hold(&m->w.o[i]);
     }
     m->ngranted = 0;
 }
@@ -137,7 +138,8 @@ static void admit_and_learn(rw_model_t *m)
 }
 
 /* ----- the steps -------------------------------------------------------------------------- */
-enum { K_REREL = TM_K_OWN, K_ACQ, K_REL, K_REFUSED, K_RUNS_OUT, K_FORCE, K_DOWNGRADE, K_UPGRADE };
+enum { K_REREL = TM_K_OWN, K_ACQ, K_REL, K_REFUSED, K_RUNS_OUT, K_FORCE, K_DOWNGRADE, K_UPGRADE,
+       K_COUNT };
 
 /* Returns the kind of step it was: K_ACQ, K_DOWNGRADE or K_UPGRADE. */
 static int step_acquire(rw_model_t *m, int i)
@@ -308,12 +310,16 @@ static int step(tm_world_t *w, int i, unsigned dice)
         return tm_step_waiter(w, i, dice, partner(i) < 0, w->key[3],
                               m->mode[i] == 'w' ? " " TM_LEASE " 0 w" : " " TM_LEASE " 0 r");
     if (o->lost) {
-        if (dice < 60)
+        if (dice < 50)
             return step_release(m, i), K_REL;
-        return tm_step_renew(w, i), TM_K_RENEW;
+        if (dice < 80)
+            return tm_step_renew(w, i), TM_K_RENEW;
+        return tm_step_count(w, i), K_COUNT;
     }
-    if (dice < 45)
+    if (dice < 35)
         return step_release(m, i), K_REL;
+    if (dice < 45)
+        return tm_step_count(w, i), K_COUNT;
     if (dice < 55)
         return tm_step_renew(w, i), TM_K_RENEW;
     if (dice < 63)
@@ -357,7 +363,7 @@ Test(model, rwlock_script_against_model, .timeout = 120)
 {
     static const tm_model_t model = {
         .kinds = {TM_KINDS, "re-released", "acq", "rel", "refused", "lease ran out", "force",
-                  "downgrade", "upgrade refused", NULL},
+                  "downgrade", "upgrade refused", "enter/leave", NULL},
         .start = start, .step = step, .check = check};
     tm_run(&model);
 }

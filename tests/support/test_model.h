@@ -38,7 +38,10 @@ typedef struct tm_owner {
     char fence[32];    /* TM_HOLDING: the token of its hold */
     char released[64]; /* the id of its last release, for a retry; "" if none */
     int n;             /* permits wanted or held (semaphore) */
-    int gen, nid;
+    int count;         /* re-entries of its hold (rmutex, rwlock): 1 when granted */
+    char lastcall[32]; /* the id of its last enter/leave call, and that call's op */
+    const char *lastop;
+    int gen, nid, ncalls;
 } tm_owner_t;
 
 /* The queue and owners of one primitive in one run. A model embeds it first and fills in
@@ -271,6 +274,13 @@ static inline void tm_counter_ahead(tm_world_t *w, const char *fkey)
     tm_last_fence = ahead;
 }
 
+/* A fresh hold: counted once, no enter/leave call seen yet. */
+static inline void tm_fresh_hold(tm_owner_t *o)
+{
+    o->count = 1;
+    o->lastcall[0] = '\0';
+}
+
 /* Reply r grants owner i a new hold (why: what made the model expect one); its token must be
  * above every earlier one. */
 static inline void tm_expect_grant(tm_world_t *w, int i, redisReply *r, const char *why)
@@ -283,6 +293,7 @@ static inline void tm_expect_grant(tm_world_t *w, int i, redisReply *r, const ch
     tm_saw_fence(f);
     tm_set(o->fence, sizeof o->fence, f);
     o->st = TM_HOLDING, o->handed = o->lost = 0;
+    tm_fresh_hold(o);
 }
 
 /* Reply r is the grant owner i has already (a retry, or a waiter learning of it), with the
@@ -349,6 +360,31 @@ static inline void tm_step_acquire_again(tm_world_t *w, int i)
     else
         tm_expect_busy(r, 1, "still waiting");
     freeReplyObject(r);
+}
+
+/* Re-entry (the recursive mutex's, the rwlock's): enter or leave counts one more or one fewer
+ * (never below 1: the last unlock is rel); the same call id again, a retry, counts nothing;
+ * 0 once the hold is lost (it then knows). The call id follows the primitive's own ARGV. */
+static inline void tm_step_count(tm_world_t *w, int i)
+{
+    tm_owner_t *o = &w->o[i];
+    int retry = o->lastcall[0] && tm_rnd(4) == 0;
+    const char *op = retry ? o->lastop : o->count > 1 && tm_rnd(2) ? "leave" : "enter";
+    if (!retry)
+        snprintf(o->lastcall, sizeof o->lastcall, "c%d.%d", i, ++o->ncalls);
+    snprintf(tm_what, sizeof tm_what, "%s %s%s by owner %d (count %d), id %s%s", op,
+             o->lastcall, retry ? " again" : "", i, o->count, o->id, o->lost ? " (lost)" : "");
+    const char *extra[3];
+    int n = w->extra ? w->extra(w, i, extra) : 0;
+    extra[n++] = o->lastcall;
+    long long v = tm_int(tm_call(w, op, i, o->id, NULL, extra, n));
+    long long want = o->lost ? 0 : retry ? o->count : op[0] == 'e' ? o->count + 1 : o->count - 1;
+    TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
+    o->lastop = op;
+    if (o->lost)
+        o->st = TM_IDLE, o->lost = o->handed = 0;
+    else
+        o->count = (int)want;
 }
 
 /* Queue renewal by a waiter: 1 still queued, 2 granted meanwhile (it learns), 0 its entry is
