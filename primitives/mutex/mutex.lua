@@ -58,10 +58,6 @@ local redlock = string.sub(mode, 2, 2) == 'r'
 -- The helpers of primitives/core.lua (fmt, clock, extend, next_fence, mutex_released,
 -- mutex_grant) come before this text.
 
--- The uncontended acquire and release, first and in as few calls as possible: the lock free
--- and nobody queued, or ours and nobody to hand it to. They return before the helpers below
--- are defined (docs/performance.md, "Uncontended cost per primitive"). Their reads check
--- every key they write; anything else falls through, with the hold's fields read (h).
 -- Frees the lock (its checks done). The released hold's 'a', 'f' and 'r' stay as its
 -- tombstone: 'a' names the released id, so that a retry of the release is not taken for a
 -- loss, for the rest of the lease and at least 10 s. One write that frees memory and
@@ -71,6 +67,10 @@ local function release_free()
   if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], 10000) end
 end
 
+-- The uncontended acquire and release, first and in as few calls as possible: the lock free
+-- and nobody queued, or ours and nobody to hand it to. They return before the helpers below
+-- are defined (docs/performance.md, "Uncontended cost per primitive"). Their reads check
+-- every key they write; anything else falls through, with the hold's fields read (h).
 local h
 if (op == 'acq' or op == 'rel') and not redlock then
   h = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'r')
@@ -228,8 +228,9 @@ if op == 'rel' then
     if not hand_to_head(nil, nil, ARGV[3]) then release_free() end
     return 1
   end
-  -- a retried release: a tombstone names it (or the 'r' a later grant carried on)
-  if mutex_released(h) == ARGV[3] or h[4] == ARGV[3] then return 1 end
+  -- a retried release: 'a' of the free lock's tombstone names it, or 'r' (the release a
+  -- later grant carried on; the only tombstone of the earlier layout)
+  if (not h[1] and h[2] == ARGV[3]) or h[4] == ARGV[3] then return 1 end
   return 0
 end
 
