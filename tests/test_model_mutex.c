@@ -51,16 +51,6 @@ static void new_hold(model_t *m, int i)
     m->rel_a[0] = '\0';
 }
 
-static redisReply *call(model_t *m, const char *op, int i, const char *acq, const char *mode)
-{
-    return tm_call(&m->w, op, i, acq, mode, NULL, 0);
-}
-
-static long long call_int(model_t *m, const char *op, int i, const char *acq)
-{
-    return tm_int(call(m, op, i, acq, NULL));
-}
-
 /* The lock is free: the script hands it to the first live waiter, if any (its fence is
  * read back from the lock). prev_wiped: the grant's 'r' is "" (force). */
 static void hand_to_head(model_t *m)
@@ -100,7 +90,7 @@ static void step_acquire(model_t *m, int i)
     const char *mode = tm_rnd(3) == 0 ? "t" : "q";
     tm_new_id(&m->w, i);
     snprintf(tm_what, sizeof tm_what, "acq %s by owner %d, id %s", mode, i, o->id);
-    redisReply *r = call(m, "acq", i, o->id, mode);
+    redisReply *r = tm_call_owner(&m->w, "acq", i, o->id, mode);
     /* free with live waiters (the holder's lease ran out): the head is served first */
     if (m->holder < 0)
         hand_to_head(m);
@@ -124,7 +114,7 @@ static void step_orphan(model_t *m, int i)
     tm_new_id(&m->w, i);
     snprintf(tm_what, sizeof tm_what, "acq %s by holder %d under a new id %s (holds %s)",
              adopt ? "Q" : "q", i, o->id, old);
-    redisReply *r = call(m, "acq", i, o->id, adopt ? "Q" : "q");
+    redisReply *r = tm_call_owner(&m->w, "acq", i, o->id, adopt ? "Q" : "q");
     long long k0 = r->element[0]->integer;
     if (adopt) {
         tm_expect_grant(&m->w, i, r, "an orphan to adopt");
@@ -153,7 +143,7 @@ static void step_release(model_t *m, int i)
     release_b(m, i);
     snprintf(tm_what, sizeof tm_what, "rel by owner %d, id %s%s", i, o->id,
              o->lost ? " (lost)" : "");
-    long long v = call_int(m, "rel", i, o->id);
+    long long v = tm_int(tm_call_owner(&m->w, "rel", i, o->id, NULL));
     if (o->lost) {
         TM_FAIL_IF(v != 0, "a lost hold released: reply %lld", v);
         o->st = TM_IDLE, o->lost = o->handed = 0;
@@ -229,7 +219,7 @@ static void step_release_again(model_t *m, int i)
     tm_owner_t *o = &m->w.o[i];
     snprintf(tm_what, sizeof tm_what, "rel again by owner %d, id %s (tombstones '%s' '%s')", i,
              o->released, m->rel_a, m->rel_r);
-    long long v = call_int(m, "rel", i, o->released);
+    long long v = tm_int(tm_call_owner(&m->w, "rel", i, o->released, NULL));
     long long want = strcmp(m->rel_r, o->released) == 0 ||
                      (m->rel_a[0] && strcmp(m->rel_a, o->released) == 0);
     TM_FAIL_IF(v != want, "reply %lld, not %lld", v, want);
@@ -240,7 +230,7 @@ static void step_release_again(model_t *m, int i)
 static void step_force(model_t *m)
 {
     snprintf(tm_what, sizeof tm_what, "force (holder %d)", m->holder);
-    long long v = call_int(m, "force", 0, "op:0");
+    long long v = tm_int(tm_call_owner(&m->w, "force", 0, "op:0", NULL));
     TM_FAIL_IF(v != (m->holder >= 0), "reply %lld", v);
     if (m->holder >= 0) {
         holder_lost(m);

@@ -57,11 +57,6 @@ static redisReply *call_as(rw_model_t *m, const char *op, int i, const char *acq
     return tm_call(&m->w, op, i, acq, qmode, extra, 1);
 }
 
-static redisReply *call(rw_model_t *m, const char *op, int i, const char *qmode)
-{
-    return call_as(m, op, i, m->w.o[i].id, qmode, m->mode[i]);
-}
-
 static int live(const rw_model_t *m, int i)
 {
     return m->w.o[i].st == TM_HOLDING && !m->w.o[i].lost;
@@ -150,7 +145,7 @@ static int step_acquire(rw_model_t *m, int i)
     tm_new_id(&m->w, i);
     snprintf(tm_what, sizeof tm_what, "acq %c %s by owner %d, id %s (writer %d, %d readers, %d "
              "queued)", m->mode[i], qmode, i, o->id, writer(m), nreaders(m), m->w.nq);
-    redisReply *r = call(m, "acq", i, qmode);
+    redisReply *r = tm_call_owner(&m->w, "acq", i, o->id, qmode);
     int p = partner(i);
     if (p >= 0 && live(m, p)) {
         /* the same thread holds the other mode: a downgrade is granted at once, whatever is
@@ -193,7 +188,7 @@ static void step_release(rw_model_t *m, int i)
     tm_owner_t *o = &m->w.o[i];
     snprintf(tm_what, sizeof tm_what, "rel %c by owner %d, id %s%s", m->mode[i], i, o->id,
              o->lost ? " (lost)" : "");
-    long long v = tm_int(call(m, "rel", i, NULL));
+    long long v = tm_int(tm_call_owner(&m->w, "rel", i, o->id, NULL));
     if (o->lost) {
         TM_FAIL_IF(v != 0, "a lost hold released: reply %lld", v);
         o->st = TM_IDLE, o->lost = o->handed = 0;
