@@ -442,7 +442,8 @@ static int raw_argv(const raw_t *r, const prim_t *p, const char *op, const char 
 static int op_raw(raw_t *r, const prim_t *p)
 {
     char acqid[48];
-    snprintf(acqid, sizeof acqid, "%s:%llx.%016llx", r->idpfx, r->acq_no, r->acq_no * 0x9e3779b97f4a7c15ULL);
+    snprintf(acqid, sizeof acqid, "%s:%llx.%016llx", r->idpfx, r->acq_no,
+             r->acq_no * 0x9e3779b97f4a7c15ULL);
     r->acq_no++;
     const char *argv[RAW_ARGC_MAX];
     size_t lens[RAW_ARGC_MAX];
@@ -1044,10 +1045,12 @@ int main(void)
            "-", "", "-", "", f50 / (2 * fa50));
     printf("c / b <= 1.10: %d of %d PASS; c / (2 a) <= 1.20: %d of %d PASS\n", pass_cb, NPRIMS,
            pass_c2a, NPRIMS);
-    printf("(f: the floor, the least a fenced lease lock sends: EVALSHA of SET NX PX + INCR, then of "
-           "GET + DEL;\n no queue, no tombstone; its f / (2 a) is in the b / (2 a) column)\n");
+    printf("(f: the floor, the least a fenced lease lock sends: EVALSHA of SET NX PX + INCR, "
+           "then of GET + DEL;\n no queue, no tombstone; its f / (2 a) is in the b / (2 a) "
+           "column)\n");
     printf("(script/call: the server time of one EVALSHA of b, INFO commandstats usec / calls; "
-           "b / (2 a) is what\n the scripts alone cost in round trips, the floor under c / (2 a))\n");
+           "b / (2 a) is what\n the scripts alone cost in round trips, the floor under c / (2 a))"
+           "\n");
     /* how fast the server runs scripts today: the verdicts above move with it
      * (docs/performance.md, "Where the time goes") */
     printf("server time of a's EVALSHA \"return 1\": %.2f us per call (how fast the server "
