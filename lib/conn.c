@@ -10,65 +10,63 @@
  *   give it back, so no library lock is held across a round trip and a context belongs to one
  *   thread at a time (hiredis contexts are not thread-safe).
  * - SIGPIPE: hiredis writes with write(); a write to a socket the server closed would kill
- *   a host program that does not ignore SIGPIPE. Writes from caller threads run with SIGPIPE
- *   blocked, and after a failed write the SIGPIPE it raised is consumed before the mask is
- *   restored (two system calls per command on the good path).
+ *   a host program that does not ignore SIGPIPE. So the library never lets hiredis write:
+ *   commands are appended to the context's buffer and sent here with send(MSG_NOSIGNAL)
+ *   (rs__ctx_flush), and hiredis is left only the reading. No signal mask is touched, so
+ *   the good path costs no system call beyond the send and the read.
  */
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+
+#include <hiredis/sds.h>
 
 #include "internal.h"
 
 #define RS_POOL_IDLE_MAX 8
 
-void rs__sigpipe_block(sigset_t *old, int *was_blocked)
+int rs__send_all(int fd, const char *buf, size_t len)
 {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, old);
-    *was_blocked = sigismember(old, SIGPIPE);
-}
-
-void rs__sigpipe_drain(int was_blocked)
-{
-    /* Called after a failed write. If the caller had SIGPIPE unblocked, a pending SIGPIPE
-     * is ours (it would have been delivered otherwise): consume it. If it was blocked, a
-     * pending one may be the caller's: leave it, it stays blocked as they wanted. */
-    if (was_blocked)
-        return;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    struct timespec zero = {0, 0};
-    while (sigtimedwait(&set, NULL, &zero) < 0 && errno == EINTR) {
+    while (len > 0) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return RS_ECONN;
+        buf += n, len -= (size_t)n;
     }
+    return 0;
 }
 
-void rs__sigpipe_restore(const sigset_t *old)
+int rs__ctx_flush(redisContext *ctx)
 {
-    pthread_sigmask(SIG_SETMASK, old, NULL);
+    if (ctx->err)
+        return RS_ECONN;
+    size_t len = sdslen(ctx->obuf);
+    if (len == 0)
+        return 0;
+    if (rs__send_all(ctx->fd, ctx->obuf, len)) {
+        /* marks the context failed, as hiredis' own write would: it is never reused */
+        ctx->err = REDIS_ERR_IO;
+        snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(errno ? errno : EPIPE));
+        return RS_ECONN;
+    }
+    sdsclear(ctx->obuf);
+    return 0;
 }
 
 int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t *lens,
                     redisReply **out)
 {
-    sigset_t old;
-    int blocked;
-    rs__sigpipe_block(&old, &blocked);
-    redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
-    if (!r)
-        rs__sigpipe_drain(blocked);
-    rs__sigpipe_restore(&old);
-    *out = r;
-    if (!r)
-        return RS_ECONN;
-    return 0;
+    *out = NULL;
+    int rc = rs__ctx_append(ctx, argc, argv, lens);
+    if (rc)
+        return rc == ENOMEM ? RS_ECONN : rc;
+    return rs__ctx_read(ctx, out);
 }
 
 int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t *lens)
@@ -78,14 +76,12 @@ int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t 
 
 int rs__ctx_read(redisContext *ctx, redisReply **out)
 {
-    sigset_t old;
-    int blocked;
     void *r = NULL;
-    rs__sigpipe_block(&old, &blocked);
+    *out = NULL;
+    if (rs__ctx_flush(ctx))
+        return RS_ECONN;
+    /* the output buffer is empty, so hiredis only reads: no write of its own, no SIGPIPE */
     int rc = redisGetReply(ctx, &r);
-    if (rc != REDIS_OK)
-        rs__sigpipe_drain(blocked);
-    rs__sigpipe_restore(&old);
     *out = r;
     return rc == REDIS_OK && r ? 0 : RS_ECONN;
 }

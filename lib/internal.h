@@ -160,18 +160,18 @@ int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
 /* An idle pooled connection to node (node < 0: to any), or NULL. */
 rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node);
 void rs__conn_pool_free(rs_client_t *c);
-/* One command on ctx with SIGPIPE held off. 0 with *out set (possibly an error reply), or
- * RS_ECONN when the connection failed (the context is then unusable). */
+/* One command on ctx. 0 with *out set (possibly an error reply), or RS_ECONN when the
+ * connection failed (the context is then unusable). Writes never raise SIGPIPE (conn.c). */
 int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t *lens,
                     redisReply **out);
-/* Pipelining on ctx: append, flush+read. Same SIGPIPE care. */
+/* Pipelining on ctx: append, then read (which first flushes what was appended). */
 int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t *lens);
 int rs__ctx_read(redisContext *ctx, redisReply **out);
-/* SIGPIPE guard around writes from caller threads: block, drain after a failed write,
- * restore. */
-void rs__sigpipe_block(sigset_t *old, int *was_blocked);
-void rs__sigpipe_drain(int was_blocked);
-void rs__sigpipe_restore(const sigset_t *old);
+/* Sends what was appended to ctx, all of it, with send(MSG_NOSIGNAL): 0, or RS_ECONN with
+ * the context marked failed. The only way the library writes to a hiredis context. */
+int rs__ctx_flush(redisContext *ctx);
+/* send(MSG_NOSIGNAL) of all of buf: 0 or RS_ECONN. */
+int rs__send_all(int fd, const char *buf, size_t len);
 
 /* ----- script.c ---------------------------------------------------------------------- */
 typedef struct rs_script {

@@ -104,14 +104,10 @@ static void write_link(int fd, const char *cmd, const char *channel)
     size_t cl = strlen(cmd), hl = strlen(channel);
     if (asprintf(&buf, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n", cl, cmd, hl) < 0)
         return;
-    sigset_t old;
-    int blocked;
-    rs__sigpipe_block(&old, &blocked);
-    /* a short write only happens when the connection is failing; the reconnect that
+    /* a failed write only happens when the connection is failing; the reconnect that
      * follows subscribes every watch again */
-    if (write(fd, buf, strlen(buf)) < 0 || write(fd, channel, hl) < 0 || write(fd, "\r\n", 2) < 0)
-        rs__sigpipe_drain(blocked);
-    rs__sigpipe_restore(&old);
+    if (rs__send_all(fd, buf, strlen(buf)) == 0 && rs__send_all(fd, channel, hl) == 0)
+        rs__send_all(fd, "\r\n", 2);
     free(buf);
 }
 
@@ -177,16 +173,7 @@ static int subscribe_locked(rs_client_t *c, struct rs_nt_link *lk, redisContext 
     free(lens);
     if (rc)
         return rc;
-    sigset_t old;
-    int blocked, done = 0;
-    rs__sigpipe_block(&old, &blocked);
-    while (!done)
-        if (redisBufferWrite(ctx, &done) != REDIS_OK)
-            break;
-    if (!done)
-        rs__sigpipe_drain(blocked);
-    rs__sigpipe_restore(&old);
-    if (!done)
+    if (rs__ctx_flush(ctx))
         return RS_ECONN;
     lk->fd = ctx->fd;
     return 0;

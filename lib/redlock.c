@@ -145,9 +145,6 @@ static unsigned fanout(redisContext **ctx, int n, rl_build_fn build, void *arg, 
     uint64_t t0 = rs__now_ns();
     unsigned broken = 0, pending = 0;
     int got[RS_SEEDS_MAX] = {0};
-    sigset_t old;
-    int blocked;
-    rs__sigpipe_block(&old, &blocked);
     for (int i = 0; i < n; i++) {
         if (!ctx[i])
             continue;
@@ -157,15 +154,12 @@ static unsigned fanout(redisContext **ctx, int n, rl_build_fn build, void *arg, 
             build(arg, j, &a);
             ok = rs__ctx_append(ctx[i], a.n, a.v, a.len) == 0;
         }
-        int done = 0;
-        while (ok && !done)
-            ok = redisBufferWrite(ctx[i], &done) == REDIS_OK;
+        ok = ok && rs__ctx_flush(ctx[i]) == 0;
         if (ok)
             pending |= 1u << i;
         else
-            broken |= 1u << i, rs__sigpipe_drain(blocked);
+            broken |= 1u << i;
     }
-    rs__sigpipe_restore(&old);
 
     while (pending) {
         /* replies already buffered first */
