@@ -251,6 +251,7 @@ typedef struct raw {
     redisContext *c;
     char one_sha[41];   /* "return 1" */
     char floor_sha[41]; /* FLOOR_LUA */
+    char null_sha[41];  /* NULL_LUA */
     char token[64];
     char idpfx[24];
     unsigned long long acq_no;
@@ -305,6 +306,15 @@ static int op_floor(raw_t *r)
     return 0;
 }
 
+/* ----- e) the call alone: a primitive's arguments to a script that does nothing ---------- */
+/* Replies as a grant and a release do ({1, fence, lease}, then 1), touches no key. Sent with
+ * exactly b's arguments, it prices what Redis and hiredis charge for the call itself
+ * (parsing 12 to 17 arguments, KEYS and ARGV for Lua, the reply), which no script can
+ * remove: e / (2 a) is the floor under b / (2 a) for that call. bench/README.md. */
+static const char NULL_LUA[] =
+    "if ARGV[1] == 'acq' then return {1, '1790000000000000', tonumber(ARGV[4])} end\n"
+    "return 1\n";
+
 /* ----- the primitives: b (raw) and c (library) of each ------------------------------- */
 /* One row per primitive: its script, its keys and its own arguments, as the library builds
  * them (keys.c: PREFIX:{NAME}:KIND and PREFIX:{NAME}:KIND:SUFFIX; the suffixes and ARGV[9..]
@@ -331,9 +341,9 @@ struct prim {
     char nkeys_str[4];
     char key[KEYS_MAX][64];
     size_t klen[KEYS_MAX];
-    samples_t sa, sb, sc;     /* sa: a, measured between this primitive's b and c */
+    samples_t sa, sb, sc, se; /* sa: a, measured between this primitive's b and c */
     long long evalsha_usec, evalsha_calls; /* server time of b's EVALSHAs */
-    double a50, b50, b99, c50, c99;
+    double a50, b50, b99, c50, c99, e50;
 };
 
 static int lib_mutex(prim_t *p)
@@ -416,12 +426,12 @@ static int op_lib(prim_t *p)
 #define ARG_TOKEN(p) (3 + (p)->nkeys + 1) /* argv index of ARGV[2] */
 #define ARG_ACQID(p) (3 + (p)->nkeys + 2)
 
-static int raw_argv(const raw_t *r, const prim_t *p, const char *op, const char *acqid,
-                    const char **argv, size_t *lens)
+static int raw_argv(const raw_t *r, const prim_t *p, const char *sha, const char *op,
+                    const char *acqid, const char **argv, size_t *lens)
 {
     int n = 0;
     argv[n] = "EVALSHA", lens[n++] = 7;
-    argv[n] = p->sha, lens[n++] = 40;
+    argv[n] = sha, lens[n++] = 40;
     argv[n] = p->nkeys_str, lens[n++] = strlen(p->nkeys_str);
     for (int i = 0; i < p->nkeys; i++)
         argv[n] = p->key[i], lens[n++] = p->klen[i];
@@ -438,8 +448,9 @@ static int raw_argv(const raw_t *r, const prim_t *p, const char *op, const char 
     return n;
 }
 
-/* b: acq (granted, the primitive being free) then rel, with a fresh acquisition id. */
-static int op_raw(raw_t *r, const prim_t *p)
+/* b: acq (granted, the primitive being free) then rel, with a fresh acquisition id, sent to
+ * the primitive's script (sha = p->sha) or, for e, to NULL_LUA (sha = r->null_sha). */
+static int op_raw(raw_t *r, const prim_t *p, const char *sha)
 {
     char acqid[48];
     snprintf(acqid, sizeof acqid, "%s:%llx.%016llx", r->idpfx, r->acq_no,
@@ -447,7 +458,7 @@ static int op_raw(raw_t *r, const prim_t *p)
     r->acq_no++;
     const char *argv[RAW_ARGC_MAX];
     size_t lens[RAW_ARGC_MAX];
-    int n = raw_argv(r, p, "acq", acqid, argv, lens);
+    int n = raw_argv(r, p, sha, "acq", acqid, argv, lens);
     redisReply *rep = redisCommandArgv(r->c, n, argv, lens);
     int ok = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
              rep->element[0]->type == REDIS_REPLY_INTEGER && rep->element[0]->integer == 1;
@@ -461,7 +472,7 @@ static int op_raw(raw_t *r, const prim_t *p)
     }
     freeReplyObject(rep);
 
-    n = raw_argv(r, p, "rel", acqid, argv, lens);
+    n = raw_argv(r, p, sha, "rel", acqid, argv, lens);
     rep = redisCommandArgv(r->c, n, argv, lens);
     ok = rep && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1;
     if (!ok)
@@ -575,7 +586,8 @@ static int check_b_matches_library(const ts_server_t *srv, raw_t *r, prim_t *p)
     for (int k = 0; k < 2; k++) {
         const char *argv[RAW_ARGC_MAX];
         size_t lens[RAW_ARGC_MAX];
-        int n = raw_argv(r, p, ops[k], "0123456789abcdef:1.0123456789abcdef", argv, lens);
+        int n = raw_argv(r, p, p->sha, ops[k], "0123456789abcdef:1.0123456789abcdef", argv,
+                         lens);
         if (got[k].argc != n) {
             fail("%s: b's %s sends %d arguments, the library's %d", p->label, ops[k], n,
                  got[k].argc);
@@ -834,7 +846,8 @@ int main(void)
         freeReplyObject(r);
     if (script_load(raw.c, FLOOR_LUA, sizeof FLOOR_LUA - 1, raw.floor_sha))
         goto out;
-    if (script_load(raw.c, "return 1", 8, raw.one_sha))
+    if (script_load(raw.c, "return 1", 8, raw.one_sha) ||
+        script_load(raw.c, NULL_LUA, sizeof NULL_LUA - 1, raw.null_sha))
         goto out;
     /* keys, token and acquisition ids shaped exactly like the library's (keys.c, hold.c) */
     /* b runs on c's primitive (never at the same time), so the keys are the library's own */
@@ -869,7 +882,7 @@ int main(void)
     for (int i = 0; i < NPRIMS; i++) {
         prim_t *p = &g_prims[i];
         if (samples_init(&p->sa, (size_t)p->ops / 2) || samples_init(&p->sb, (size_t)p->ops) ||
-            samples_init(&p->sc, (size_t)p->ops)) {
+            samples_init(&p->sc, (size_t)p->ops) || samples_init(&p->se, (size_t)p->ops)) {
             fail("out of memory");
             goto out;
         }
@@ -885,10 +898,10 @@ int main(void)
 
     printf("redisync %s bench: redis-server %s at %s, %ld CPUs online, load average %.2f\n",
            rs_version(), version, srv.url, sysconf(_SC_NPROCESSORS_ONLN), loadavg());
-    printf("b, c: %d timed iterations each for the mutex (after %d warm-up), %d for the other "
-           "primitives (after %d);\n%d rounds, each running for every primitive a chunk of a "
-           "(half as many) then b and c\nalternating in chunks of %d; d: %d handoffs after %d "
-           "warm-up\n\n", OPS, WARMUP, OPS_OTHER, WARMUP_OTHER, ROUNDS, CHUNK, HANDOFFS,
+    printf("b, c, e: %d timed iterations each for the mutex (after %d warm-up), %d for the "
+           "other primitives (after %d);\n%d rounds, each running for every primitive a chunk "
+           "of a (half as many) then b, c and e\nin turn in chunks of %d; d: %d handoffs after "
+           "%d warm-up\n\n", OPS, WARMUP, OPS_OTHER, WARMUP_OTHER, ROUNDS, CHUNK, HANDOFFS,
            HANDOFF_WARMUP);
 
     /* --- a, b, c --- */
@@ -897,7 +910,8 @@ int main(void)
             goto out;
     for (int k = 0; k < NPRIMS; k++)
         for (int i = 0; i < g_prims[k].warmup; i++)
-            if (op_raw(&raw, &g_prims[k]) || op_lib(&g_prims[k]))
+            if (op_raw(&raw, &g_prims[k], g_prims[k].sha) ||
+                op_raw(&raw, &g_prims[k], raw.null_sha) || op_lib(&g_prims[k]))
                 goto out;
     int nchecked = 0;
     for (int k = 0; k < NPRIMS; k++)
@@ -937,7 +951,7 @@ int main(void)
                     goto out;
                 for (int i = 0; i < n; i++) {
                     uint64_t t = now_ns();
-                    if (op_raw(&raw, p))
+                    if (op_raw(&raw, p, p->sha))
                         goto out;
                     add(&p->sb, now_ns() - t);
                 }
@@ -950,6 +964,12 @@ int main(void)
                     if (op_lib(p))
                         goto out;
                     add(&p->sc, now_ns() - t);
+                }
+                for (int i = 0; i < n; i++) {
+                    uint64_t t = now_ns();
+                    if (op_raw(&raw, p, raw.null_sha))
+                        goto out;
+                    add(&p->se, now_ns() - t);
                 }
             }
         }
@@ -1003,6 +1023,7 @@ int main(void)
         p->a50 = quantile_us(&p->sa, 0.5);
         p->b50 = quantile_us(&p->sb, 0.5), p->b99 = quantile_us(&p->sb, 0.99);
         p->c50 = quantile_us(&p->sc, 0.5), p->c99 = quantile_us(&p->sc, 0.99);
+        p->e50 = quantile_us(&p->se, 0.5);
     }
     double d50 = quantile_us(&pp.handoff, 0.5), d99 = quantile_us(&pp.handoff, 0.99);
     double u50 = quantile_us(&pp.unlock_call, 0.5);
@@ -1020,6 +1041,9 @@ int main(void)
         printf("%-62s %6.1f us %6.1f us\n", what, p->b50, p->b99);
         snprintf(what, sizeof what, "c) %s", p->lib_desc);
         printf("%-62s %6.1f us %6.1f us\n", what, p->c50, p->c99);
+        snprintf(what, sizeof what, "e) %s's two calls to a script that does nothing",
+                 p->label);
+        printf("%-62s %6.1f us %6.1f us\n", what, p->e50, quantile_us(&p->se, 0.99));
     }
     printf("%-62s %6.1f us %6.1f us\n", "d) handoff: holder calls unlock -> waiter's lock returns",
            d50, d99);
@@ -1051,6 +1075,19 @@ int main(void)
     printf("(script/call: the server time of one EVALSHA of b, INFO commandstats usec / calls; "
            "b / (2 a) is what\n the scripts alone cost in round trips, the floor under c / (2 a))"
            "\n");
+    /* how much of the 0.2 round trips the call itself takes, before any script work */
+    printf("\nthe call alone (e: b's two EVALSHAs, same arguments, to a script that does "
+           "nothing)\n");
+    printf("%-10s %8s %9s %16s %16s\n", "primitive", "e", "e / (2 a)", "(c - b + e)/(2 a)",
+           "(b - e)/(2 a)");
+    for (int k = 0; k < NPRIMS; k++) {
+        prim_t *p = &g_prims[k];
+        printf("%-10s %5.1f us %9.3f %16.3f %16.3f\n", p->label, p->e50, p->e50 / (2 * p->a50),
+               (p->c50 - p->b50 + p->e50) / (2 * p->a50), (p->b50 - p->e50) / (2 * p->a50));
+    }
+    printf("((c - b + e) / (2 a): c / (2 a) if the scripts did no work at all, the least this "
+           "call shape and\n the library allow; (b - e) / (2 a): the scripts' own work, in round "
+           "trips)\n");
     /* how fast the server runs scripts today: the verdicts above move with it
      * (docs/performance.md, "Where the time goes") */
     printf("server time of a's EVALSHA \"return 1\": %.2f us per call (how fast the server "
@@ -1110,6 +1147,7 @@ out:
         free(g_prims[k].sa.v);
         free(g_prims[k].sb.v);
         free(g_prims[k].sc.v);
+        free(g_prims[k].se.v);
     }
     rs_mutex_destroy(mh);
     rs_mutex_destroy(mw);
