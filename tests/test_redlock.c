@@ -401,6 +401,9 @@ static int code_slot(int rc)
 
 static void worker(shared_t *sh, int id, const char *url, const char *prefix, int rec)
 {
+    /* SIGPIPE at its default: a write to the killed master must not end the worker (the
+     * library sends with MSG_NOSIGNAL, lib/conn.c) */
+    signal(SIGPIPE, SIG_DFL);
     rs_config_t cfg = config(url, prefix, 1000, 3000);
     rs_client_t *c = NULL;
     rs_mutex_t *m = NULL;
