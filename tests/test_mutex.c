@@ -317,6 +317,76 @@ Test(mutex, fencing_tokens_rise, .timeout = 60, .fini = tu_kill_kids)
     ts_server_stop(&s);
 }
 
+/* The server's clock in microseconds. */
+static long long server_us(const ts_server_t *s)
+{
+    return ts_cmd_int(s, "EVAL %s 0", "local t = redis.call('TIME') return t[1] * 1000000 + t[2]");
+}
+
+/* SET key value PX ms, then one lock + unlock; returns its token. */
+static uint64_t grant_over(const ts_server_t *s, rs_client_t *c, rs_mutex_t *m, const char *key,
+                           const char *value, long ms)
+{
+    char buf[64];
+    cr_assert_not_null(ts_cmd_str(s, buf, sizeof buf, "SET %s %s PX %ld", key, value, ms));
+    return lock_fence_unlock(c, m);
+}
+
+/* The fencing counter is raised with INCRBY, which keeps its TTL; the 30-day TTL is set again
+ * on the first grant of a day and on every grant while the counter is ahead of the clock
+ * (primitives/core.lua, next_fence); a value it did not write is replaced. */
+Test(mutex, fence_counter_ttl, .timeout = 60)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = tu_open_client(&s, 1000, 5000, NULL);
+    rs_mutex_t *m;
+    cr_assert_eq(rs_mutex_init(&m, c, "ft"), 0);
+    const char *key = "rs:{ft}:mutex:fence";
+    const long long day_ms = 86400000LL, short_ms = 600000;
+    char v[64], got[64];
+
+    /* behind the clock, the same day: raised to the clock, its TTL kept */
+    long long now = server_us(&s);
+    snprintf(v, sizeof v, "%lld", now - 1000);
+    uint64_t f = grant_over(&s, c, m, key, v, short_ms);
+    cr_expect_geq((long long)f, now, "token %llu below the clock %lld", (unsigned long long)f, now);
+    long long ttl = ts_cmd_int(&s, "PTTL %s", key);
+    cr_expect(ttl > 0 && ttl <= short_ms, "the same day's grant set the TTL again: %lld", ttl);
+    cr_expect_eq(strtoull(ts_cmd_str(&s, got, sizeof got, "GET %s", key), NULL, 10), f);
+
+    /* yesterday's counter: the day's first grant sets the 30-day TTL again */
+    now = server_us(&s);
+    snprintf(v, sizeof v, "%lld", now - day_ms * 1000);
+    f = grant_over(&s, c, m, key, v, short_ms);
+    cr_expect_geq((long long)f, now);
+    cr_expect_gt(ts_cmd_int(&s, "PTTL %s", key), 29 * day_ms, "TTL not set again on a new day");
+
+    /* ahead of the clock by an hour: counter + 1, and the TTL set again */
+    long long ahead = server_us(&s) + 3600LL * 1000000;
+    snprintf(v, sizeof v, "%lld", ahead);
+    f = grant_over(&s, c, m, key, v, short_ms);
+    cr_expect_eq((long long)f, ahead + 1, "token %llu, counter was %lld", (unsigned long long)f,
+                 ahead);
+    cr_expect_gt(ts_cmd_int(&s, "PTTL %s", key), 29 * day_ms, "TTL not set again when ahead");
+
+    /* values next_fence did not write (INCRBY would refuse some): replaced from the clock */
+    const char *odd[] = {"0123", "abc", "-5", "1.5", "''"};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        now = server_us(&s);
+        f = grant_over(&s, c, m, key, odd[i], short_ms);
+        cr_expect_geq((long long)f, now, "counter '%s': token %llu below the clock", odd[i],
+                      (unsigned long long)f);
+        cr_expect_eq(strtoull(ts_cmd_str(&s, got, sizeof got, "GET %s", key), NULL, 10), f,
+                     "counter '%s' not replaced", odd[i]);
+        cr_expect_gt(ts_cmd_int(&s, "PTTL %s", key), 29 * day_ms, "counter '%s': TTL", odd[i]);
+    }
+
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
+
 /* ------------------------------------------------------------------------------------- */
 /* 3. Cross-process exclusion                                                             */
 

@@ -7,7 +7,7 @@
 --                       r = id of the last released acquisition (a retried release is not
 --                       mistaken for a lost hold), n = hold count (recursive mutex),
 --                       e = id of the last enter/leave call. Its TTL is the holder's lease.
--- KEYS[2] fence  string the per-name fencing counter (30-day TTL, refreshed on use)
+-- KEYS[2] fence  string the per-name fencing counter (30-day TTL, set again daily on use)
 -- KEYS[3] queue  zset   acquisition id -> arrival number (FIFO order)
 -- KEYS[4] qinfo  hash   acquisition id -> "EXPIRYMS LEASEMS TOKENHASH" (a waiter's entry lease)
 --

@@ -11,7 +11,7 @@
 --                        the id of that owner's last released read hold. Its TTL covers every
 --                        live hold (readers' too) and the tombstones, so the key exists
 --                        whenever the lock is held
--- KEYS[2] fence   string the per-name fencing counter (30-day TTL, refreshed on use)
+-- KEYS[2] fence   string the per-name fencing counter (30-day TTL, set again daily on use)
 -- KEYS[3] queue   zset   acquisition id -> arrival number (FIFO order, readers and writers)
 -- KEYS[4] qinfo   hash   acquisition id -> "EXPIRYMS LEASEMS TOKENHASH MODE" (entry lease)
 -- KEYS[5] readers zset   TOKENHASH -> lease expiry (server ms) of that owner's read hold;

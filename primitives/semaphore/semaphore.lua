@@ -16,7 +16,7 @@
 -- KEYS[3] hinfo   hash   acquisition id -> "COUNT TOKENHASH FENCE"; "r:TOKENHASH" -> the id
 --                        that owner released last (COUNT 0: a tombstone of the earlier
 --                        layout, one per released id, still understood)
--- KEYS[4] fence   string the per-name fencing counter (30-day TTL, refreshed on use)
+-- KEYS[4] fence   string the per-name fencing counter (30-day TTL, set again daily on use)
 -- KEYS[5] queue   zset   acquisition id -> arrival number (FIFO order)
 -- KEYS[6] qinfo   hash   acquisition id -> "EXPIRYMS LEASEMS TOKENHASH N" (a waiter's entry
 --                        lease, and the permits it wants)
