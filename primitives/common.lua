@@ -58,8 +58,8 @@ local function q_add(q, qi, id, info, maxw, qlease, now_ms)
     redis.call('ZADD', q, (tonumber(last[2]) or 0) + 1, id)
   end
   redis.call('HSET', qi, id, info)
-  extend(q, 2 * qlease)
-  extend(qi, 2 * qlease)
+  extend_lazily(q, 2 * qlease)
+  extend_lazily(qi, 2 * qlease)
   return nil
 end
 

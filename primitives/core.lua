@@ -18,14 +18,11 @@ local function clock()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
--- Raises key's TTL to at least ms (never lowers it).
-local function extend(key, ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
-end
-
--- The same, but a TTL it must raise goes to 1.5 x ms, so that the calls of the next ms / 2
--- find it high enough and only read it. For keys whose holds carry their own expiry (zset
--- scores, an 'x' field): a longer TTL only keeps an idle primitive's keys a little longer.
+-- Raises key's TTL to at least ms (never lowers it); a TTL it must raise goes to 1.5 x ms, so
+-- that the calls of the next ms / 2 find it high enough and only read it (a write per call
+-- would cost more than the read). Only for keys whose entries carry their own expiry (zset
+-- scores, an 'x' field, a queue entry's lease): a longer TTL only keeps an idle primitive's
+-- keys a little longer. A hold whose lease is the key's own TTL sets it with PEXPIRE.
 local function extend_lazily(key, ms)
   if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms + math.floor(ms / 2)) end
 end

@@ -55,7 +55,7 @@ local op = ARGV[1]
 local mode = ARGV[6] or ''
 local redlock = string.sub(mode, 2, 2) == 'r'
 
--- The helpers of primitives/core.lua (fmt, clock, extend, next_fence, mutex_released,
+-- The helpers of primitives/core.lua (fmt, clock, extend_lazily, next_fence, mutex_released,
 -- mutex_grant) come before this text.
 
 -- Frees the lock (its checks done). The released hold's 'a', 'f' and 'r' stay as its
@@ -171,8 +171,8 @@ if op == 'qrenew' then
   if not info then return 0 end
   local now_ms = clock()
   redis.call('HSET', KEYS[4], ARGV[3], qinfo(tokhash, now_ms))
-  extend(KEYS[3], 2 * tonumber(ARGV[8]))
-  extend(KEYS[4], 2 * tonumber(ARGV[8]))
+  extend_lazily(KEYS[3], 2 * tonumber(ARGV[8]))
+  extend_lazily(KEYS[4], 2 * tonumber(ARGV[8]))
   return 1
 end
 

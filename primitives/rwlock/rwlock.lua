@@ -64,7 +64,7 @@ local TOMB_MS = 10000
 local MAX_LISTED = 8
 local op, mode = ARGV[1], ARGV[9]
 
--- The helpers of primitives/core.lua (fmt, clock, extend, next_fence) come before this
+-- The helpers of primitives/core.lua (fmt, clock, extend_lazily, next_fence) come before this
 -- text; those of primitives/common.lua (q_*, wrong_type) at the line "-- @common" below.
 
 local function is_tomb(m)
@@ -360,10 +360,10 @@ if op == 'renew' then
     redis.call('HSET', KEYS[1], 'x', fmt(now_ms + lease))
   else
     redis.call('ZADD', KEYS[5], fmt(now_ms + lease), tokhash)
-    extend(KEYS[5], lease)
-    extend(KEYS[6], lease)
+    extend_lazily(KEYS[5], lease)
+    extend_lazily(KEYS[6], lease)
   end
-  extend(KEYS[1], lease)
+  extend_lazily(KEYS[1], lease)
   return 1
 end
 
@@ -372,8 +372,8 @@ if op == 'qrenew' then
   if held_by(mode, tokhash, ARGV[3], now_ms) then return 2 end
   if not redis.call('HGET', KEYS[4], ARGV[3]) then return 0 end
   redis.call('HSET', KEYS[4], ARGV[3], entry(tokhash, now_ms))
-  extend(KEYS[3], 2 * tonumber(ARGV[8]))
-  extend(KEYS[4], 2 * tonumber(ARGV[8]))
+  extend_lazily(KEYS[3], 2 * tonumber(ARGV[8]))
+  extend_lazily(KEYS[4], 2 * tonumber(ARGV[8]))
   return 1
 end
 

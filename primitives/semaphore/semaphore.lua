@@ -6,7 +6,7 @@
 -- server-time expiry) before every count, so a crashed holder's permits come back when its
 -- lease runs out.
 --
--- KEYS[1] sem     hash   s = size. TTL 7 days, refreshed by every call that uses it.
+-- KEYS[1] sem     hash   s = size. TTL 7 days, set again once a day by the calls that use it.
 -- KEYS[2] holders zset   acquisition id -> lease expiry (server ms). An owner that released
 --                        leaves its tombstone "r:TOKENHASH" until max(lease, 10 s) after its
 --                        last release, so a retried release is not taken for a lost hold
@@ -60,7 +60,7 @@ local TOMB_MS = 10000
 local TOMB_BASE = 1000000000000000 -- score offset of tombstones (ms; far above any clock)
 local op = ARGV[1]
 
--- The helpers of primitives/core.lua (fmt, clock, extend, next_fence) come before this
+-- The helpers of primitives/core.lua (fmt, clock, extend_lazily, next_fence) come before this
 -- text; those of primitives/common.lua (q_*, wrong_type) at the line "-- @common" below.
 
 -- "COUNT TOKENHASH FENCE" -> count, tokenhash, fence (nil if malformed)
@@ -68,6 +68,14 @@ local function parse_holder(v)
   if not v then return nil end
   local n, t, f = string.match(v, '^(%d+) (%x+) (%d+)$')
   return tonumber(n), t, f
+end
+
+-- The size record's 7-day TTL, set again once a day of its 7: a read, not a write, per call
+-- (every acquire and every renewal keeps a semaphore in use alive).
+local function refresh_size()
+  if redis.call('PTTL', KEYS[1]) < SIZE_TTL - 86400000 then
+    redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+  end
 end
 
 -- Earliest lease expiry among live holders (for the busy reply's retry time).
@@ -148,10 +156,7 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
         redis.call('ZREM', KEYS[2], unpack(gone))
         redis.call('HDEL', KEYS[3], unpack(gone))
       end
-      -- the size's TTL is refreshed once a day of its 7 (a read, not a write, per call)
-      if redis.call('PTTL', KEYS[1]) < SIZE_TTL - 86400000 then
-        redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
-      end
+      refresh_size()
       return {1, f, tonumber(ARGV[4])}
     end
   end
@@ -183,8 +188,10 @@ local function size_of()
     if init < 1 then return nil end
     s = init
     redis.call('HSET', KEYS[1], 's', fmt(s))
+    redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+  else
+    refresh_size()
   end
-  redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
   return s
 end
 
@@ -275,9 +282,9 @@ if op == 'renew' then
   if not my_hold(ARGV[3], tokhash, now_ms) then return 0 end
   local lease = tonumber(ARGV[4])
   redis.call('ZADD', KEYS[2], 'XX', fmt(now_ms + lease), ARGV[3])
-  extend(KEYS[2], lease)
-  extend(KEYS[3], lease)
-  redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
+  extend_lazily(KEYS[2], lease)
+  extend_lazily(KEYS[3], lease)
+  refresh_size()
   return 1
 end
 
@@ -286,8 +293,8 @@ if op == 'qrenew' then
   if my_hold(ARGV[3], tokhash, now_ms) then return 2 end
   if not redis.call('HGET', KEYS[6], ARGV[3]) then return 0 end
   redis.call('HSET', KEYS[6], ARGV[3], qentry(tokhash, now_ms))
-  extend(KEYS[5], 2 * tonumber(ARGV[8]))
-  extend(KEYS[6], 2 * tonumber(ARGV[8]))
+  extend_lazily(KEYS[5], 2 * tonumber(ARGV[8]))
+  extend_lazily(KEYS[6], 2 * tonumber(ARGV[8]))
   return 1
 end
 
