@@ -133,15 +133,20 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
   local size = tonumber(redis.call('HGET', KEYS[1], 's'))
   if size and n and n >= 1 and n <= size and redis.call('ZCARD', KEYS[5]) == 0 then
     local now_ms, now_us = clock()
-    local held = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(TOMB_BASE), 'WITHSCORES',
-                            'LIMIT', 0, FAST_MAX + 1)
-    local gone = redis.call('ZRANGEBYSCORE', KEYS[2], fmt(TOMB_BASE), fmt(TOMB_BASE + now_ms),
-                            'LIMIT', 0, FAST_MAX + 1)
-    local ids, ok = {ARGV[3]}, #held <= 2 * FAST_MAX and #gone <= FAST_MAX
-    for i = 1, #held, 2 do
-      ids[#ids + 1] = held[i]
-      if tonumber(held[i + 1]) <= now_ms then ok = false end -- a lapsed hold to purge
+    -- the holds (scores below TOMB_BASE) and, after them, the tombstones due, in one read
+    local all = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(TOMB_BASE + now_ms),
+                           'WITHSCORES', 'LIMIT', 0, 2 * FAST_MAX + 2)
+    local ids, gone, ok = {ARGV[3]}, {}, true
+    for i = 1, #all, 2 do
+      local score = tonumber(all[i + 1])
+      if score >= TOMB_BASE then
+        gone[#gone + 1] = all[i]
+      else
+        ids[#ids + 1] = all[i]
+        if score <= now_ms then ok = false end -- a lapsed hold to purge
+      end
     end
+    ok = ok and #ids - 1 <= FAST_MAX and #gone <= FAST_MAX
     local info = ok and redis.call('HMGET', KEYS[3], unpack(ids)) or {true}
     local taken = 0
     for i = 2, #info do
