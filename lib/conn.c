@@ -63,9 +63,8 @@ int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t
                     redisReply **out)
 {
     *out = NULL;
-    int rc = rs__ctx_append(ctx, argc, argv, lens);
-    if (rc)
-        return rc == ENOMEM ? RS_ECONN : rc;
+    if (rs__ctx_append(ctx, argc, argv, lens)) /* out of memory: as hiredis' NULL reply was */
+        return RS_ECONN;
     return rs__ctx_read(ctx, out);
 }
 
