@@ -29,12 +29,12 @@ end
 
 -- Next fencing token of counter key fkey: counter + 1, but never below the server clock in
 -- microseconds, so tokens keep rising even if the counter is lost (restart, failover,
--- expiry). The GET also checks the counter's type before it is written. A counter this code
--- wrote is raised with INCRBY, which keeps its TTL: a SET ... PX on every grant cost about
--- 3 us more on the server (docs/performance.md, "The fencing counter, raised with INCRBY").
--- The 30-day TTL is set again on the first grant of each day (server clock, UTC) and on
--- every grant while the counter is ahead of the clock, so an unused counter lapses 29-30
--- days after its last grant.
+-- expiry). The GET also checks the counter's type before it is written. The 30-day TTL is
+-- set again (SET ... PX) on the first grant of each day (server clock, UTC) and on every
+-- grant while the counter is ahead of the clock; other grants store the token with
+-- SET ... KEEPTTL, which costs the server less (docs/performance.md, "The fencing counter,
+-- stored with KEEPTTL"). So an unused counter lapses 29-30 days after its last grant. A value
+-- that is not a number has a day of its own (0): it is replaced with SET ... PX.
 local DAY_US = 86400000000
 local function next_fence(fkey, now_us)
   local cur = redis.call('GET', fkey)
@@ -42,13 +42,8 @@ local function next_fence(fkey, now_us)
   local f = c + 1
   if f < now_us then f = now_us end
   local s = fmt(f)
-  -- only a plain positive integer that a double holds exactly: INCRBY refuses leading zeros
-  -- and signs, and would fail after the script's earlier writes
-  if cur and c < 9007199254740992 and string.match(cur, '^[1-9]%d*$') then
-    redis.call('INCRBY', fkey, fmt(f - c))
-    if f ~= now_us or math.floor(c / DAY_US) ~= math.floor(f / DAY_US) then
-      redis.call('PEXPIRE', fkey, FENCE_TTL)
-    end
+  if cur and f == now_us and math.floor(c / DAY_US) == math.floor(f / DAY_US) then
+    redis.call('SET', fkey, s, 'KEEPTTL')
   else
     redis.call('SET', fkey, s, 'PX', FENCE_TTL)
   end

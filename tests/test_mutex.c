@@ -332,9 +332,9 @@ static uint64_t grant_over(const ts_server_t *s, rs_client_t *c, rs_mutex_t *m, 
     return lock_fence_unlock(c, m);
 }
 
-/* The fencing counter is raised with INCRBY, which keeps its TTL; the 30-day TTL is set again
- * on the first grant of a day and on every grant while the counter is ahead of the clock
- * (primitives/core.lua, next_fence); a value it did not write is replaced. */
+/* The fencing counter is stored with SET KEEPTTL, which keeps its TTL; the 30-day TTL is set
+ * again on the first grant of a day and on every grant while the counter is ahead of the
+ * clock (primitives/core.lua, next_fence); a value that is not a number is replaced. */
 Test(mutex, fence_counter_ttl, .timeout = 60)
 {
     ts_server_t s;
@@ -370,7 +370,7 @@ Test(mutex, fence_counter_ttl, .timeout = 60)
                  ahead);
     cr_expect_gt(ts_cmd_int(&s, "PTTL %s", key), 29 * day_ms, "TTL not set again when ahead");
 
-    /* values next_fence did not write (INCRBY would refuse some): replaced from the clock */
+    /* values that are not a counter of today: replaced from the clock, with the TTL */
     const char *odd[] = {"0123", "abc", "-5", "1.5", "''"};
     for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
         now = server_us(&s);
