@@ -50,12 +50,12 @@ local function next_fence(fkey, now_us)
   return s
 end
 
--- The id of the mutex's last released acquisition, from the HMGET o a f r of its hash: a held
+-- The id of the mutex's last released acquisition, from the HMGET o a r of its hash: a held
 -- mutex keeps it in 'r'; a free one that kept its last hold's 'a', 'f' and 'r' (mutex.lua's
 -- release_free) names it in 'a' ('r' only: the layout before).
 local function mutex_released(h)
-  if h[1] then return h[4] end
-  return h[2] or h[4]
+  if h[1] then return h[3] end
+  return h[2] or h[3]
 end
 
 -- Grants the mutex whose hash is lock (fencing counter fkey) to owner tokhash under

@@ -27,13 +27,13 @@ local prev, fences, mine = {}, {}, 0
 
 for i = 1, n do
   local lock = KEYS[3 * i - 2]
-  local h = redis.call('HMGET', lock, 'o', 'a', 'f', 'r')
+  local h = redis.call('HMGET', lock, 'o', 'a', 'r', 'f')
   redis.call('GET', KEYS[3 * i - 1])
   local queued = redis.call('ZCARD', KEYS[3 * i])
   if h[1] == tokhash then
     if h[2] ~= ARGV[2] then return {-1, i} end
     mine = mine + 1
-    fences[i] = h[3]
+    fences[i] = h[4]
   elseif h[1] then
     return {0, i, redis.call('PTTL', lock)}
   elseif queued > 0 then

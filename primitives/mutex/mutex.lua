@@ -73,7 +73,7 @@ end
 -- every key they write; anything else falls through, with the hold's fields read (h).
 local h
 if (op == 'acq' or op == 'rel') and not redlock then
-  h = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'r')
+  h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
   if op == 'acq' and not h[1] and redis.call('ZCARD', KEYS[3]) == 0 then
     local _, now_us = clock()
     local f = mutex_grant(KEYS[1], KEYS[2], redis.sha1hex(ARGV[2]), ARGV[3], ARGV[4], now_us,
@@ -91,6 +91,12 @@ end
 -- The helpers of primitives/common.lua (q_*, client_channel) come here.
 local function check_types()
   return wrong_type({'hash', 'string', 'zset', 'hash'}, 'mutex')
+end
+
+-- The fencing token the lock's hash keeps ('f': the hold's, or the released hold's while
+-- the tombstone lasts), read only where a reply needs it: the fast paths' HMGET leaves it out.
+local function hold_fence()
+  return redis.call('HGET', KEYS[1], 'f')
 end
 
 -- grant() is the first writer of every path that reaches it, so next_fence's GET also
@@ -176,11 +182,11 @@ if op == 'qrenew' then
   return 1
 end
 
-h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'r')
+h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
 
 if op == 'acq' then
   if h[1] == tokhash then
-    if h[2] == ARGV[3] then return {1, h[3], redis.call('PTTL', KEYS[1])} end
+    if h[2] == ARGV[3] then return {1, hold_fence(), redis.call('PTTL', KEYS[1])} end
     local m1 = string.sub(mode, 1, 1)
     if m1 ~= 'Q' and m1 ~= 'T' then return {-1} end
     -- the orphan becomes this acquisition's hold, with a fresh token and lease
@@ -230,13 +236,13 @@ if op == 'rel' then
   end
   -- a retried release: 'a' of the free lock's tombstone names it, or 'r' (the release a
   -- later grant carried on; the only tombstone of the earlier layout)
-  if (not h[1] and h[2] == ARGV[3]) or h[4] == ARGV[3] then return 1 end
+  if (not h[1] and h[2] == ARGV[3]) or h[3] == ARGV[3] then return 1 end
   return 0
 end
 
 if op == 'info' then
   local exists = redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) > 0 and 1 or 0
-  local fence = h[3] or redis.call('GET', KEYS[2]) or '0'
+  local fence = hold_fence() or redis.call('GET', KEYS[2]) or '0'
   local waiters = redis.call('ZCARD', KEYS[3])
   if not h[1] then return {exists, 0, -1, fence, waiters, 0, -1, -1, -1} end
   local n = tonumber(redis.call('HGET', KEYS[1], 'n')) or 1
@@ -264,7 +270,7 @@ if op == 'cancel' then
   local err = check_types()
   if err then return err end
   if h[1] == tokhash and h[2] == ARGV[3] then
-    return {1, h[3], redis.call('PTTL', KEYS[1])}
+    return {1, hold_fence(), redis.call('PTTL', KEYS[1])}
   end
   drop(ARGV[3])
   if not h[1] then
