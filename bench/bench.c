@@ -148,7 +148,8 @@ static int script_load(redisContext *c, const void *body, size_t len, char *sha)
     if (ok)
         memcpy(sha, r->str, 41);
     else
-        fail("SCRIPT LOAD: %s", r ? (r->type == REDIS_REPLY_ERROR ? r->str : "odd reply") : c->errstr);
+        fail("SCRIPT LOAD: %s",
+             r ? (r->type == REDIS_REPLY_ERROR ? r->str : "odd reply") : c->errstr);
     if (r)
         freeReplyObject(r);
     return ok ? 0 : -1;

@@ -189,8 +189,8 @@ static void *notify_main(void *arg)
         pthread_mutex_unlock(&c->nt.mu);
         redisContext *ctx = NULL;
         unsigned gen = rs__topo_gen(c);
-        int rc = rs__conn_connect_to(c, lk->node,
-                                     rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS, 0, &ctx);
+        uint64_t deadline = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+        int rc = rs__conn_connect_to(c, lk->node, deadline, 0, &ctx);
         pthread_mutex_lock(&c->nt.mu);
         lk->conn_gen = gen;
         if (rc == 0 && gen != rs__topo_gen(c) && !c->nt.stop) {

@@ -442,7 +442,8 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
             }
             rs_attempt_t a;
             memset(&a, 0, sizeof a);
-            int rc = r->type == REDIS_REPLY_ERROR ? rs__reply_error(c, r) : rs__decode_grant(k, r, &a);
+            int rc = r->type == REDIS_REPLY_ERROR ? rs__reply_error(c, r)
+                                                  : rs__decode_grant(k, r, &a);
             freeReplyObject(r);
             if (rc == EDEADLK) {
                 answered++, mine++;

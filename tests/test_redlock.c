@@ -644,7 +644,8 @@ Test(redlock, majority_down)
     t0 = tu_mono_ms();
     rs_client_close(c);
     rs_client_close(c2);
-    cr_expect_lt(tu_mono_ms() - t0, 2 * (timeout + margin), "close took %lld ms", tu_mono_ms() - t0);
+    cr_expect_lt(tu_mono_ms() - t0, 2 * (timeout + margin), "close took %lld ms",
+                 tu_mono_ms() - t0);
 
     /* and a client cannot be opened on one master of three */
     rs_config_t cfg = config(m.url, prefix, 1000, timeout);

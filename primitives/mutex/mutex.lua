@@ -32,7 +32,8 @@
 --
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
---           {0, holder_ttlms, queued, fence_counter} busy; {-1} held by this owner under another id;
+--           {0, holder_ttlms, queued, fence_counter} busy; {-1} held by this owner under
+--           another id;
 --           error "RSQUEUE ..." when the queue is full
 --   renew   1 renewed, 0 not ours any more
 --   rel     1 released (or handed to the next waiter), 0 not ours (the hold was lost)

@@ -38,7 +38,8 @@
 --
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when already granted to this id);
---           {0, ttlms, queued, fence_counter} busy, ttlms = when a retry may succeed without a message;
+--           {0, ttlms, queued, fence_counter} busy, ttlms = when a retry may succeed without
+--           a message;
 --           {-1} refused: this owner holds it under another id, or asks write holding read;
 --           error "RSQUEUE ..." when the queue is full
 --   renew   1 renewed, 0 not ours any more

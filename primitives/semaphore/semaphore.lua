@@ -37,10 +37,10 @@
 -- Replies:
 --   init    the size (existing, or just created); -1 absent and ARGV[10] is 0
 --   acq     {1, fence, ttlms} granted (also when already granted to this id: a retried call
---           or a missed wake-up); {0, retry_ms, queued, fence_counter} busy, where retry_ms is the time
---           until the earliest live holder's lease ends; errors "RSNOENT ..." (absent and
---           ARGV[10] is 0), "RSINVAL ..." (more permits wanted than the size), "RSQUEUE ..."
---           (queue full)
+--           or a missed wake-up); {0, retry_ms, queued, fence_counter} busy, where retry_ms
+--           is the time until the earliest live holder's lease ends; errors "RSNOENT ..."
+--           (absent and ARGV[10] is 0), "RSINVAL ..." (more permits wanted than the size),
+--           "RSQUEUE ..." (queue full)
 --   renew   1 renewed, 0 not ours any more (gone, expired or released)
 --   rel     1 released the whole hold (also for a retry: the owner's tombstone names this id),
 --           0 not ours (the hold was lost)
