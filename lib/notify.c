@@ -101,13 +101,13 @@ static void confirmed(rs_client_t *c, struct rs_nt_link *lk, const char *channel
 static void write_link(int fd, const char *cmd, const char *channel)
 {
     char *buf;
-    size_t cl = strlen(cmd), hl = strlen(channel);
-    if (asprintf(&buf, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n", cl, cmd, hl) < 0)
+    int n = asprintf(&buf, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(cmd), cmd,
+                     strlen(channel), channel);
+    if (n < 0)
         return;
     /* a failed write only happens when the connection is failing; the reconnect that
      * follows subscribes every watch again */
-    if (rs__send_all(fd, buf, strlen(buf)) == 0 && rs__send_all(fd, channel, hl) == 0)
-        rs__send_all(fd, "\r\n", 2);
+    rs__send_all(fd, buf, (size_t)n);
     free(buf);
 }
 
