@@ -273,6 +273,7 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     return 0;
 fail:
     rs__topo_stop(c);
+    rs__rl_forget(c);
     rs__conn_pool_free(c);
     rs__client_unref(c);
     return rc;
@@ -348,6 +349,7 @@ RS_API int rs_client_close(rs_client_t *c)
         return 0;
     if (rs__forked(c)) {
         /* a child of fork(): the threads do not exist here and the holds are the parent's */
+        rs__rl_forget(c);
         rs__conn_pool_free(c);
         if (c->wd.ctx)
             redisFree(c->wd.ctx);
@@ -372,6 +374,7 @@ RS_API int rs_client_close(rs_client_t *c)
     rs__topo_stop(c);
     rs__watchdog_stop(c);
     rs__notify_stop(c);
+    rs__rl_forget(c);
     rs__conn_pool_free(c);
     c->closed = 1;
     rs__client_unref(c);

@@ -219,6 +219,8 @@ void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid)
     snprintf(k->lease, sizeof k->lease, "%ld", rs__handle_lease(h));
     snprintf(k->maxw, sizeof k->maxw, "%u", h->c->max_waiters);
     k->nextra = 0;
+    k->rl_ticket = k->rl_seen = 0;
+    k->rl_recheck_ms = 0;
     /* keys 1..: the main key, ':', the suffix (rs__handle_init checked that they fit) */
     size_t off = 0;
     for (int i = 1; i < h->nkeys; i++) {

@@ -139,6 +139,8 @@ typedef struct rs_conn {
     int node;          /* cluster: the node table index it is connected to; else -1 */
     unsigned gen;      /* topology generation it was opened in (stale ones are dropped) */
     struct rs_conn *next;
+    int owed;             /* Redlock: replies still due on it (redlock.c, late masters) */
+    uint64_t owed_since;  /* ... since when (monotonic ns) */
 } rs_conn_t;
 /* Opens a connection (connect, timeouts, AUTH, SELECT, close-on-exec), retrying refused
  * connects until deadline_ns. io_timeout_ms bounds each later read/write (0: none). */
@@ -366,6 +368,8 @@ int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), v
 
 /* ----- redlock.c --------------------------------------------------------------------- */
 int rs__rl_quorum(const rs_client_t *c); /* N/2 + 1 */
+/* Frees the connections kept for late replies (rs_client_close, a failed open, a fork). */
+void rs__rl_forget(rs_client_t *c);
 /* At open: a quorum of the masters reachable (and none refusing AUTH/SELECT) within
  * timeout_ms. 0, RS_ECONN, RS_ESERVER. */
 int rs__rl_open(rs_client_t *c);
@@ -483,6 +487,11 @@ typedef struct rs_call {
      * stays valid). Key 0 is the handle's own. */
     unsigned short koff[RS_KEYS_MAX], kklen[RS_KEYS_MAX];
     char keys[(RS_KEYS_MAX - 1) * (RS_KEY_MAX + 1)];
+    /* Redlock (redlock.c), for the whole acquisition: its place in every master's queue
+     * (the client's wall clock in us when it began), the fencing counter its last busy
+     * answer showed, and how long it sleeps before it checks again without a wake-up */
+    uint64_t rl_ticket, rl_seen;
+    long rl_recheck_ms;
 } rs_call_t;
 /* acqid NULL: a fresh acquisition id; else the id of an existing hold. */
 void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid);
@@ -575,6 +584,9 @@ struct rs_client {
      * before this (monotonic ns) while the others can make a quorum without it */
     struct {
         _Atomic uint64_t down_until[RS_SEEDS_MAX];
+        /* a connection per master whose reply came after the round had decided: kept (not
+         * dropped and dialled again) until the reply is read, at the next round there */
+        rs_conn_t *_Atomic late[RS_SEEDS_MAX];
     } rl;
 
     /* connection pool (conn.c) */

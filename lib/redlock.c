@@ -90,6 +90,9 @@ static long backoff_ms(long lease_ms)
  * answers) would otherwise eat every round's budget in its handshake. */
 #define RS_RL_DOWN_NS (1000 * RS_NS_PER_MS)
 
+/* A waiter's first check without a wake-up after the lock changed hands (rl_acquiring). */
+#define RS_RL_RECHECK_MS 20
+
 static int is_down(rs_client_t *c, int i)
 {
     return atomic_load(&c->rl.down_until[i]) > rs__now_ns();
@@ -137,10 +140,12 @@ typedef void (*rl_build_fn)(void *arg, int j, rs_argv_t *out);
  * master that hangs (SIGSTOP, a stalled disk) must not cost every round its whole budget,
  * which made the clients that had not yet marked it down lose every race for the lock to
  * those that had. rep[i * ncmd + j] is reply j of master i (NULL if it did not come).
- * Returns the masters whose connection must be dropped: a failed write, or replies missing
- * (a late one would be read as the answer to the next command sent there). */
+ * Returns the masters whose connection failed (a write or a read). The masters that were
+ * sent everything and whose replies had not all come go to *late (with late NULL, to the
+ * result): their connection owes replies (a late one would be read as the answer to the next
+ * command sent there). */
 static unsigned fanout(redisContext **ctx, int n, rl_build_fn build, void *arg, int ncmd,
-                       int enough, uint64_t deadline, redisReply **rep)
+                       int enough, uint64_t deadline, redisReply **rep, unsigned *late)
 {
     uint64_t t0 = rs__now_ns();
     unsigned broken = 0, pending = 0;
@@ -170,6 +175,7 @@ static unsigned fanout(redisContext **ctx, int n, rl_build_fn build, void *arg, 
                 void *r = NULL;
                 if (redisGetReplyFromReader(ctx[i], &r) != REDIS_OK) {
                     pending &= ~(1u << i);
+                    broken |= 1u << i;
                     break;
                 }
                 if (!r)
@@ -207,13 +213,82 @@ static unsigned fanout(redisContext **ctx, int n, rl_build_fn build, void *arg, 
         if (pr < 0 && errno != EINTR)
             break;
         for (int x = 0; pr > 0 && x < m; x++)
-            if (pfd[x].revents && redisBufferRead(ctx[who[x]]) != REDIS_OK)
+            if (pfd[x].revents && redisBufferRead(ctx[who[x]]) != REDIS_OK) {
                 pending &= ~(1u << who[x]);
+                broken |= 1u << who[x];
+            }
     }
     for (int i = 0; i < n; i++)
-        if (ctx[i] && got[i] < ncmd)
-            broken |= 1u << i;
+        if (ctx[i] && got[i] < ncmd && !(broken & (1u << i))) {
+            if (late)
+                *late |= 1u << i;
+            else
+                broken |= 1u << i;
+        }
     return broken;
+}
+
+/* ----- late masters ------------------------------------------------------------------- */
+
+/* A master that answered after the round had decided is slow, not down: its connection is
+ * kept in c->rl.late[i] with the replies it owes, and read at the next round there. Marking
+ * it down instead (as before) left it out of every call for a second, releases included, so
+ * a loaded machine's slightly slower master kept stale queue entries that swallowed the
+ * wake-ups of the real waiters (docs/deployments.md, "Waiting under Redlock"). It is marked
+ * down only when it still owes a reply after a whole round's budget. */
+static void late_keep(rs_client_t *c, int i, rs_conn_t *k, int owed)
+{
+    k->owed = owed;
+    k->owed_since = rs__now_ns();
+    rs_conn_t *none = NULL;
+    if (!atomic_compare_exchange_strong(&c->rl.late[i], &none, k))
+        rs__conn_put(c, k, 1); /* one kept per master is enough */
+}
+
+/* Reads what the late connection to master i owes, without waiting. Returns the connection
+ * if it is clear (to use at once), else NULL: kept for later, or dropped (broken, or owing
+ * for longer than budget_ms: then the master is marked down). */
+static rs_conn_t *late_take(rs_client_t *c, int i, long budget_ms)
+{
+    rs_conn_t *k = atomic_exchange(&c->rl.late[i], NULL);
+    if (!k)
+        return NULL;
+    redisContext *ctx = k->ctx;
+    int ok = 1;
+    while (ok && k->owed > 0) {
+        void *r = NULL;
+        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK) {
+            ok = 0;
+        } else if (r) {
+            freeReplyObject(r);
+            k->owed--;
+        } else {
+            struct pollfd p = {ctx->fd, POLLIN, 0};
+            if (poll(&p, 1, 0) <= 0)
+                break;
+            ok = redisBufferRead(ctx) == REDIS_OK;
+        }
+    }
+    if (ok && k->owed == 0)
+        return k;
+    if (ok && rs__now_ns() - k->owed_since < (uint64_t)budget_ms * RS_NS_PER_MS) {
+        rs_conn_t *none = NULL;
+        if (atomic_compare_exchange_strong(&c->rl.late[i], &none, k))
+            return NULL;
+    } else if (ok) {
+        mark(c, i, 0); /* no answer for a whole round: it hangs */
+    }
+    rs__conn_put(c, k, 1);
+    return NULL;
+}
+
+void rs__rl_forget(rs_client_t *c)
+{
+    for (int i = 0; i < RS_SEEDS_MAX; i++) {
+        rs_conn_t *k = atomic_exchange(&c->rl.late[i], NULL);
+        if (k)
+            rs__conn_put(c, k, 1);
+    }
 }
 
 struct one_cmd {
@@ -286,7 +361,8 @@ static void rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
                 have++;
             } else if (mask & (1u << i)) {
                 /* a master marked down is asked only if the others cannot make a quorum */
-                if (!is_down(c, i) && (dp.k[i] = rs__conn_take_idle(c, i)) != NULL)
+                if (!is_down(c, i) && ((dp.k[i] = late_take(c, i, budget_ms)) != NULL ||
+                                       (dp.k[i] = rs__conn_take_idle(c, i)) != NULL))
                     have++;
                 else
                     want |= 1u << i;
@@ -305,8 +381,9 @@ static void rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
         for (int i = 0; i < n; i++)
             answered += rep[i] != NULL;
         int enough = rs__rl_quorum(c) - answered;
+        unsigned late = 0;
         unsigned broken = fanout(ctx, n, build_one, &oc, 1, enough > 0 ? enough : 1, deadline,
-                                 got);
+                                 got, &late);
         int reload = 0;
         for (int i = 0; i < n; i++) {
             if (!ctx[i])
@@ -326,9 +403,12 @@ static void rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
             rep[i] = r;
             if (r)
                 mark(c, i, 1);
-            else if (got[i] == NULL)
-                mark(c, i, 0); /* sent, and no answer within the round */
-            rs__conn_put(c, k[i], (broken & (1u << i)) != 0);
+            else if (broken & (1u << i))
+                mark(c, i, 0); /* the connection failed */
+            if (late & (1u << i))
+                late_keep(c, i, k[i], 1); /* slow, not down: its reply is read later */
+            else
+                rs__conn_put(c, k[i], (broken & (1u << i)) != 0);
         }
         if (!reload || ms_left(deadline) <= 0)
             return;
@@ -405,7 +485,7 @@ static void release_on(rs_call_t *k, unsigned mask)
     if (!mask)
         return;
     rs_argv_t v;
-    rs__call_argv(k, "rel", "t", &v);
+    rs__call_argv(k, "rel", "u", &v); /* an undo: wakes nobody (mutex.lua) */
     redisReply *rep[RS_SEEDS_MAX] = {0};
     rl_round(c, k->h->script, k->h->nkeys, &v, mask, round_ms(c, atol(k->lease)), rep);
     for (int i = 0; i < c->ep.nseeds; i++)
@@ -421,10 +501,19 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
     int n = c->ep.nseeds, q = rs__rl_quorum(c);
     long lease = atol(k->lease);
     uint64_t end = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+    if (!k->rl_ticket) {
+        /* the waiter's place in every master's queue: when it began, by its own clock (a
+         * clock that is off changes only whom the masters wake first, never a lease) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        k->rl_ticket = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    }
     for (;;) {
         memset(out, 0, sizeof *out);
         rs_argv_t v;
         rs__call_argv(k, op, mode, &v);
+        if (k->nextra == 0)
+            rs__argv_fmt(&v, "%llu", (unsigned long long)k->rl_ticket); /* ARGV[9] */
         redisReply *rep[RS_SEEDS_MAX] = {0};
         out->sent_ns = rs__now_ns();
         long left = ms_left(end), budget = round_ms(c, lease);
@@ -462,7 +551,7 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
                 answered++, busy++;
                 out->queued |= a.queued;
                 if (busy_ttl < 0 || a.retry_ms < busy_ttl)
-                    busy_ttl = a.retry_ms;
+                    busy_ttl = a.retry_ms; /* a reservation's: the ms it has left */
                 if (a.seen_fence > out->seen_fence)
                     out->seen_fence = a.seen_fence;
             }
@@ -506,7 +595,20 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
          * with one master of three paused: two of them took one master each, forever) */
         out->granted = 0;
         if (busy >= q && busy_ttl > 0) {
-            out->retry_ms = busy_ttl;
+            /* held on a quorum, or reserved there for the waiter a release woke: sleep until
+             * a wake-up, but check again after a while even without one, so that a lost
+             * wake-up does not cost the holder's whole lease. The check comes after 20 ms,
+             * then twice as long each time: a lost wake-up costs at most as long again as
+             * the wait had lasted. While the lock changes hands the wait is at most lease/8;
+             * a hold that stays (same fencing counter) is checked ever more rarely, up to its
+             * lease: a long hold costs a few checks, never a poll */
+            long iv = k->rl_recheck_ms > 0 ? 2 * k->rl_recheck_ms : RS_RL_RECHECK_MS;
+            long cap = lease / 8 > RS_RL_RECHECK_MS ? lease / 8 : RS_RL_RECHECK_MS;
+            if (out->seen_fence != k->rl_seen && iv > cap)
+                iv = cap;
+            k->rl_seen = out->seen_fence;
+            k->rl_recheck_ms = iv;
+            out->retry_ms = busy_ttl < iv ? busy_ttl : iv;
         } else {
             long nap = backoff_ms(lease);
             rs__sleep_ns((uint64_t)nap * RS_NS_PER_MS);
@@ -624,7 +726,8 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
         for (int i = 0; i < nm; i++)
             if (todo & (1u << i))
                 ctx[i] = c->wd.cctx[i];
-        unsigned broken = fanout(ctx, nm, build_renew, &rc, n, rs__rl_quorum(c), deadline, rep);
+        unsigned broken = fanout(ctx, nm, build_renew, &rc, n, rs__rl_quorum(c), deadline, rep,
+                                 NULL);
         unsigned again = 0;
         for (int i = 0; i < nm; i++) {
             if (!ctx[i])

@@ -41,7 +41,8 @@ end
 -- Adds id at the tail of the queue (or refreshes its entry if it is queued already), with
 -- info as its entry. A full queue (maxw) is swept of expired entries once, then refused with
 -- RSQUEUE. Returns nil, or the error to return. Reads both keys before writing either.
-local function q_add(q, qi, id, info, maxw, qlease, now_ms)
+-- score: its place instead of the tail (Redlock: the same on every master, mutex.lua).
+local function q_add(q, qi, id, info, maxw, qlease, now_ms, score)
   redis.call('HEXISTS', qi, id)
   if not redis.call('ZSCORE', q, id) then
     if redis.call('ZCARD', q) >= maxw then
@@ -54,8 +55,11 @@ local function q_add(q, qi, id, info, maxw, qlease, now_ms)
         return redis.error_reply('RSQUEUE waiter queue full')
       end
     end
-    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
-    redis.call('ZADD', q, (tonumber(last[2]) or 0) + 1, id)
+    if not score then
+      local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+      score = (tonumber(last[2]) or 0) + 1
+    end
+    redis.call('ZADD', q, score, id)
   end
   redis.call('HSET', qi, id, info)
   extend_lazily(q, 2 * qlease)

@@ -21,18 +21,21 @@
 --         here: a call that failed after its script ran left it), not a refusal. A trailing
 --         "r" (every op, Redlock: lib/redlock.c) says this master is one of several: a
 --         release never hands the lock over (each master could hand it to a different
---         waiter) but publishes "ACQID retry" to the first live waiter, and a free lock goes
---         to whoever asks (barging; the queue only says whom to wake)
+--         waiter) but publishes "ACQID retry" to the first live waiter and reserves the free
+--         lock for it for a short while (wake_head); otherwise a free lock goes to whoever
+--         asks. "ur" (rel): the undo of a grant that got no quorum, which wakes nobody
 -- ARGV[7] (acq) max waiters
 -- ARGV[8] (acq, qrenew) queue entry lease ms
--- ARGV[9] (enter, leave) id of this call (a retry of it is recognised)
+-- ARGV[9] (enter, leave) id of this call (a retry of it is recognised); (acq, Redlock) the
+--         waiter's ticket: its place in the queue, the same on every master (lib/redlock.c)
 -- ARGV[10] (renew, rel; Redlock) the holder's fencing token: the fencing counter is raised to
 --         it, so that the next holder's quorum, which shares a master with this one's, gets a
 --         larger token (docs/deployments.md, "Fencing under Redlock")
 --
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
---           {0, holder_ttlms, queued, fence_counter} busy; {-1} held by this owner under
+--           {0, holder_ttlms, queued, fence_counter} busy (Redlock: a lock reserved for
+--           another waiter is busy, holder_ttlms the ms the reservation has left); {-1} held by this owner under
 --           another id;
 --           error "RSQUEUE ..." when the queue is full
 --   renew   1 renewed, 0 not ours any more
@@ -131,14 +134,24 @@ local function hand_to_head(now_ms, now_us, prev)
   return true
 end
 
--- Redlock: wakes the first live waiter with "ACQID retry" (no handoff).
+-- Redlock: wakes the first live waiter with "ACQID retry" (no handoff), and reserves the free
+-- lock for it for a short while (fields 'w' = its id, 'x' = server ms the reservation ends):
+-- until then a free lock is busy for anyone else, so a releaser that relocks at once does not
+-- take it back before the woken waiter's retry arrives (barging starved waiters). The
+-- reservation is lease/20 of the waiter's queue lease, 20 to 500 ms: a waiter that died or
+-- whose message was lost costs this master that long, and the others are not held up.
 local function wake_head(now_ms)
   if not now_ms then
     if redis.call('ZCARD', KEYS[3]) == 0 then return end
     now_ms = clock()
   end
-  local head = live_head(now_ms)
-  if head then redis.call('PUBLISH', client_channel(ARGV[5], head), acq_route(head) .. ' retry') end
+  local head, info = live_head(now_ms)
+  if not head then return end
+  local r = math.floor(tonumber(string.match(info, '^%d+ (%d+) ')) / 20)
+  if r < 20 then r = 20 elseif r > 500 then r = 500 end
+  redis.call('HSET', KEYS[1], 'w', head, 'x', fmt(now_ms + r))
+  if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], 10000) end
+  redis.call('PUBLISH', client_channel(ARGV[5], head), acq_route(head) .. ' retry')
 end
 
 -- Redlock: raises the fencing counter to the holder's token ARGV[10], if given.
@@ -154,9 +167,13 @@ local function qinfo(tokhash, now_ms)
   return fmt(now_ms + tonumber(ARGV[8])) .. ' ' .. ARGV[4] .. ' ' .. tokhash
 end
 
+-- Under Redlock a waiter's place is its ticket ARGV[9], the same on every master, so that
+-- the masters' queues agree on whom a release wakes (arrival order differs from master to
+-- master, and a rotation of it made every release reserve each master for another waiter:
+-- a split vote at every handoff)
 local function enqueue(tokhash, now_ms)
   return q_add(KEYS[3], KEYS[4], ARGV[3], qinfo(tokhash, now_ms), tonumber(ARGV[7]),
-               tonumber(ARGV[8]), now_ms)
+               tonumber(ARGV[8]), now_ms, redlock and tonumber(ARGV[9]) or nil)
 end
 
 local tokhash = redis.sha1hex(ARGV[2])
@@ -195,16 +212,26 @@ if op == 'acq' then
     return {1, grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h)), tonumber(ARGV[4])}
   end
   local now_ms, now_us = clock()
+  local reserved -- Redlock: ms left of a reservation for another waiter (wake_head)
   if not h[1] and redlock then
-    -- free: whoever asks takes it (the queues of several masters cannot agree on an order);
-    -- the queue and its info are read before grant() writes
-    local queued = redis.call('ZSCORE', KEYS[3], ARGV[3])
-    redis.call('HEXISTS', KEYS[4], ARGV[3])
-    local f = grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h))
-    if queued then drop(ARGV[3]) end
-    return {1, f, tonumber(ARGV[4])}
+    -- free: whoever asks takes it, unless it is reserved for the waiter the last release
+    -- woke (the queues of several masters need not agree on an order); the reservation, the
+    -- queue and its info are read before grant() writes
+    local w = redis.call('HMGET', KEYS[1], 'w', 'x')
+    local wx = tonumber(w[2])
+    if w[1] and w[1] ~= ARGV[3] and wx and wx > now_ms then
+      reserved = wx - now_ms
+    else
+      -- the caller's queue entry stays until its release (rel drops it on every master): a
+      -- grant that no quorum confirms is undone, and the waiter keeps its place here
+      redis.call('ZCARD', KEYS[3])
+      redis.call('HLEN', KEYS[4])
+      local f = grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h))
+      if w[1] then redis.call('HDEL', KEYS[1], 'w', 'x') end
+      return {1, f, tonumber(ARGV[4])}
+    end
   end
-  if not h[1] then
+  if not h[1] and not reserved then
     -- free: FIFO, so only the first live waiter (or anyone, if none waits) may take it
     local head = live_head(now_ms)
     if not head or head == ARGV[3] then
@@ -214,7 +241,7 @@ if op == 'acq' then
     end
     hand_to_head(now_ms, now_us, mutex_released(h))
   end
-  local ttl = redis.call('PTTL', KEYS[1])
+  local ttl = reserved or redis.call('PTTL', KEYS[1])
   local seen = redis.call('GET', KEYS[2]) or '0' -- stale wake-ups carry no more (lib/wait.c)
   if string.sub(mode, 1, 1) ~= 'q' and string.sub(mode, 1, 1) ~= 'Q' then
     return {0, ttl, 0, seen}
@@ -225,10 +252,18 @@ if op == 'acq' then
 end
 
 if op == 'rel' then
+  if redlock and string.sub(mode, 1, 1) ~= 'u' then
+    -- the acquisition's queue entry, here whether this master granted it or not (it was
+    -- busy here while a quorum granted it elsewhere): left there, it would absorb the
+    -- wake-ups of the real waiters behind it until its lease ran out
+    drop(ARGV[3])
+  end
   if h[1] == tokhash and h[2] == ARGV[3] and redlock then
     release_free()
     raise_fence()
-    wake_head(nil)
+    -- an undone grant (mode "u": no quorum granted it) wakes nobody and keeps its queue
+    -- entry: the lock is held on the other masters, or the split voters try again
+    if string.sub(mode, 1, 1) ~= 'u' then wake_head(nil) end
     return 1
   end
   if h[1] == tokhash and h[2] == ARGV[3] then
@@ -276,7 +311,13 @@ if op == 'cancel' then
   drop(ARGV[3])
   if not h[1] then
     local now_ms, now_us = clock()
-    if redlock then wake_head(now_ms) else hand_to_head(now_ms, now_us, mutex_released(h)) end
+    if not redlock then
+      hand_to_head(now_ms, now_us, mutex_released(h))
+    else
+      -- a reservation for another live waiter stands; one for the leaver passes on
+      local w = redis.call('HMGET', KEYS[1], 'w', 'x')
+      if not w[1] or w[1] == ARGV[3] or (tonumber(w[2]) or 0) <= now_ms then wake_head(now_ms) end
+    end
   end
   return {0}
 end
