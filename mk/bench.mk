@@ -13,6 +13,9 @@
 #   make bench        also runs build/redisync-holds: the watchdog's cost with 10,000 holds in
 #                     one client (renewals per period, CPU of one core; bench/holds/holds.c)
 #
+#   make bench        also runs build/redisync-redlock (or alone: make bench-redlock): lock
+#                     waits and handoff under redlock:// (3 masters) against one server, 2, 8
+#                     and 32 processes (bench/redlock/redlock.c); REDLOCK_ARGS='SECS P...'
 #   make bench        also runs build/redisync-memory (or alone: make bench-memory): bytes per
 #                     handle and per client (mallinfo2), and heap and RSS over 1,000,000
 #                     lock/unlock cycles (bench/memory/memory.c); MEMORY_ARGS='CYCLES THREADS'
@@ -32,7 +35,7 @@ STORM_ARGS ?=
 # what bench-peers runs: redisync's mutex and the raw floor next to the three peers
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
-.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory
+.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock
 
 HOLDS_BIN := $(BUILDDIR)/redisync-holds
 HOLDS_OBJS := $(OBJ)/bench/holds/holds.o
@@ -40,8 +43,24 @@ MEMORY_BIN := $(BUILDDIR)/redisync-memory
 MEMORY_OBJS := $(OBJ)/bench/memory/memory.o
 MEMORY_ARGS ?= 1000000 4
 
+REDLOCK_BIN := $(BUILDDIR)/redisync-redlock
+REDLOCK_OBJS := $(OBJ)/bench/redlock/redlock.o
+REDLOCK_ARGS ?= 4 2 8 32
+
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
-bench: bench-contention bench-holds bench-memory
+bench: bench-contention bench-holds bench-memory bench-redlock
+
+bench-redlock: | deps
+	@$(MAKE) --no-print-directory $(REDLOCK_BIN)
+	$(REDLOCK_BIN) $(REDLOCK_ARGS)
+
+$(OBJ)/bench/redlock/%.o: bench/redlock/%.c $(LIB_A) | $(GEN)/scripts.h
+	@mkdir -p $(@D)
+	$(COMPILE_PROG) -c $< -o $@
+
+$(REDLOCK_BIN): $(REDLOCK_OBJS) $(SUPPORT_OBJS) $(LIB_A)
+	@mkdir -p $(@D)
+	$(LINK_PROG) -o $@ $(REDLOCK_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
 
 bench-memory: | deps
 	@$(MAKE) --no-print-directory $(MEMORY_BIN)
