@@ -81,7 +81,7 @@ typedef struct rs_config {
                                redis-cluster://[[user]:password@]host[:port][,...],
                                redlock://[[user]:password@]host[:port],host[:port],
                                host[:port][,...][?db=N] (3 to 16 independent masters; mutex
-                               and rmutex only, no FIFO order)
+                               and rmutex only, waiters served by ticket)
                                (docs/deployments.md). NULL: $REDISYNC_URL, else
                                redis://127.0.0.1:6379 */
     const char *prefix;     /* key namespace, no braces; NULL: "rs" */
@@ -142,10 +142,11 @@ RS_API const char *rs_version(void);
 /* ---------------------------------------------------------------------------------------
  * Mutex: error-checking, not reentrant (PTHREAD_MUTEX_ERRORCHECK semantics).
  *
- * Under redlock:// every call goes to all masters at once and counts by quorum: a free mutex
- * goes to whoever asks first (no FIFO order: a waiter is woken by a release and competes
- * again; trylock takes a free mutex even while others wait), and a call that a quorum does
- * not answer is retried until timeout_ms, then RS_ECONN. docs/deployments.md, "Redlock".
+ * Under redlock:// every call goes to all masters at once and counts by quorum: a release
+ * wakes the first waiter (in the order the waits began, by each client's clock) and keeps
+ * the mutex for it briefly (lease/20, 20-500 ms; trylock meanwhile is EBUSY); otherwise a
+ * free mutex goes to whoever asks first. A call that a quorum does not answer is retried
+ * until timeout_ms, then RS_ECONN. docs/deployments.md, "Redlock".
  * ------------------------------------------------------------------------------------- */
 typedef struct rs_mutex rs_mutex_t;
 

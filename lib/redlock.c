@@ -3,7 +3,9 @@
  * decided by quorum (N/2+1). Only the mutex and the recursive mutex are offered in this mode
  * (docs/deployments.md says why the others are not); their scripts get a mode flag ("qr"/"tr"
  * in ARGV[6]) under which a master never hands a released lock to a waiter: it publishes
- * "ACQID retry" to its first live waiter instead, and a free lock goes to whoever asks.
+ * "ACQID retry" to its first live waiter instead and reserves the free lock for it briefly;
+ * otherwise a free lock goes to whoever asks. Waiters are queued by their ticket (ARGV[9]),
+ * the same on every master (docs/deployments.md, "Waiting under Redlock").
  *
  * Every call goes to all masters AT ONCE: the command is written on every master's connection
  * first, then the replies are read from all sockets together with poll(), until one deadline
@@ -14,9 +16,10 @@
  *   acquire   "acq" on every master. Granted when a quorum granted and the validity
  *             (smallest lease granted - time since the send - drift) is still positive; the
  *             fencing token is the largest token among the grants. Otherwise the call is
- *             released on every master that granted or did not answer, and the caller backs
- *             off for a random 5-50 ms (a split vote) or sleeps until a wake-up or the
- *             holder's lease (busy on a quorum). Fewer than a quorum answering is retried
+ *             undone ("rel" mode "u": no wake-up, the queue place kept) on every master that
+ *             granted or did not answer, and the caller backs off for a random 5-50 ms (a
+ *             split vote) or sleeps until a wake-up, checking again after 20 ms, 40 ms, ...
+ *             (held or reserved on a quorum). Fewer than a quorum answering is retried
  *             until timeout_ms has passed, then RS_ECONN.
  *   renew     the watchdog's round: every lease's "renew" pipelined on every master at once;
  *             a hold is renewed when a quorum confirms, lost when more masters deny it than
@@ -25,8 +28,9 @@
  *             master raises its fencing counter to (see docs/deployments.md, "Fencing").
  *   release   "rel" on every master; RS_ELOST when more than N - quorum masters deny it.
  *
- * No FIFO: each master has its own queue, and waking the head of each can wake different
- * waiters; the woken retry on all masters and anyone may win (barging).
+ * Order: each master has its own queue, ordered by ticket (when the wait began, by the
+ * waiter's clock), so the masters agree on whom to wake; the woken retry on all masters,
+ * where the lock is reserved for them. Not strict FIFO (clocks differ, reservations lapse).
  */
 #include <poll.h>
 #include <signal.h>
