@@ -251,22 +251,27 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
     sec_t *s = calloc(n ? n : 1, sizeof *s);
     sec_t **p = calloc(n ? n : 1, sizeof *p);
     int64_t t0 = INT64_MAX;
+    r->waits = calloc(n ? n : 1, sizeof *r->waits);
     for (size_t i = 0; i < n; i++) {
         unsigned long long f;
-        long long a, b;
-        if (sscanf(list->element[i]->str, "%d %d %15s %llu %lld %lld %d %d %d %u %c %ld",
+        long long a, b, req;
+        if (sscanf(list->element[i]->str, "%d %d %15s %llu %lld %lld %d %d %d %u %c %ld %lld",
                    &s[i].slot, &s[i].gen, s[i].name, &f, &a, &b, &s[i].rc, &s[i].rd, &s[i].wr,
-                   &s[i].permits, &s[i].mode, &s[i].onlost) != 12) {
+                   &s[i].permits, &s[i].mode, &s[i].onlost, &req) != 13) {
             fprintf(stderr, "faults: bad section record \"%s\"\n", list->element[i]->str);
             exit(3);
         }
         s[i].fence = f, s[i].t_acq = a, s[i].t_rel = b;
+        if (r->waits)
+            r->waits[r->nwaits++] = a - req; /* the lock call until its grant */
         p[i] = &s[i];
         if (a < t0)
             t0 = a;
     }
     freeReplyObject(list);
     r->sections = (long)n;
+    if (r->waits)
+        qsort(r->waits, (size_t)r->nwaits, sizeof *r->waits, cmp_i64);
     char d1[256], d2[256];
 
     for (size_t i = 0; i < n; i++) {

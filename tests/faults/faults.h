@@ -67,6 +67,8 @@ typedef struct scenario {
     int sentinel;         /* 1: a master, a replica and three sentinels; workers use
                              redis-sentinel:// and the data server is whichever is master */
     int min_replicas;     /* the workers' rs_config_t.min_replicas (WAIT-confirmed holds) */
+    int redlock;          /* 1: three masters (appendonly, fsync always), redlock:// URL;
+                             every server fault hits one master, drawn at random */
 } scenario_t;
 
 extern const char *prim_names[];
@@ -166,6 +168,8 @@ typedef struct result {
     long onlost;                /* on_lost calls reported by cleanly exiting workers */
     int64_t *takeover;          /* us, one per holder kill/stop */
     int ntakeover;
+    int64_t *waits;             /* us, one per section: the lock call until its grant */
+    int nwaits;
     double seconds;
     int setup_failed;
 } result_t;
@@ -181,6 +185,13 @@ typedef struct restart_win {
 void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
                     const restart_win_t *restarts, int nrestarts, int verbose);
 void viol(result_t *r, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- the tables (report.c) ------------------------------------------------------------ */
+/* Prints the tables of the scenarios that ran (ran[k]); returns 1 if any had a violation or
+ * failed to set up, else 0. */
+int report_print(const scenario_t *scenarios, int nscen, const result_t *res, const int *ran,
+                 uint64_t seed, int64_t elapsed_us);
+long total_viol(const result_t *r);
 
 /* ---- the worker (worker.c) ------------------------------------------------------------ */
 int worker_main(int argc, char **argv);

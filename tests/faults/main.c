@@ -66,20 +66,24 @@
  * RS_ECONN may or may not have been applied, and the test could not tell whether to send it
  * again): its timeout_ms (3000) outlasts every stall. */
 static const scenario_t scenarios[] = {
-    /* name          prim      aof procs secs lease timeout faults                          names sem latch round */
-    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0},
-    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0},
-    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0},
-    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0},
-    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0},
-    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0},
+    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock */
+    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0},
+    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0},
+    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0},
+    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0},
+    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0},
+    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0},
     /* Sentinel: failovers (one per 14 s at most: the old master is demoted about 10 s after
      * the switch) among process faults; holds WAIT-confirmed by the replica (min_replicas 1),
      * so every invariant must hold across them, tokens included; holder kills and stops
      * between them (every dead or frozen waiter in a queue costs the lock up to a lease, and
      * the other scenarios cover those: fewer kinds here keep waits within the 15 s bound) */
     {"mutex-failover", P_MUTEX, 0, 8,    32,  1000, 3000,   FB(F_FAILOVER) | FB(F_KILL_HOLDER) | FB(F_STOP_HOLDER),
-                                                                                              2,  0,  0,    0,    1, 1},
+                                                                                              2,  0,  0,    0,    1, 1, 0},
+    /* Redlock: three masters with their data (a master restarted without it can let a second
+     * holder in: docs/deployments.md), every server fault on one master at a time; the lock
+     * wait column shows whether waiters are woken (issue 17: they slept through leases) */
+    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1},
 };
 #define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 
@@ -108,7 +112,9 @@ typedef struct run {
     redisContext *ck;
     ts_server_t data;
     ts_server_t replica[2];   /* sentinel scenarios: the master's two replicas, and */
-    ts_server_t sent[3];      /* the three sentinels */
+    ts_server_t sent[3];      /* the three sentinels; Redlock: data, replica[0], replica[1]
+                                 are the three masters */
+    redisContext *rlconn[2];  /* Redlock: the driver's connections to replica[0] and [1] */
     char url[600];            /* what the workers use */
     char ports[96];           /* every port a worker's sockets may go to (the I7 check) */
     redisContext *dconn;      /* the driver's connection to the data server */
@@ -283,6 +289,19 @@ static int pick_slot(run_t *R, int need_outside, int min_slot)
     return n ? cand[rnd_range(&R->rng, 0, n - 1)] : -1;
 }
 
+/* The server a server fault hits, and the driver's connection to it: the data server, or
+ * under Redlock one of the three masters at random. */
+static ts_server_t *fault_target(run_t *R, redisContext ***conn, int *which)
+{
+    *which = R->sc->redlock ? (int)rnd_range(&R->rng, 0, 2) : 0;
+    if (*which == 0) {
+        *conn = &R->dconn;
+        return &R->data;
+    }
+    *conn = &R->rlconn[*which - 1];
+    return &R->replica[*which - 1];
+}
+
 /* Injects one fault of the scenario's kinds; returns the kind, or -1 if none applied now. */
 static int inject(run_t *R)
 {
@@ -300,6 +319,11 @@ static int inject(run_t *R)
         int server = k >= F_RESTART_AOF;
         if (server && now < R->server_busy_until)
             continue;
+        redisContext **dconn;
+        int m;
+        ts_server_t *data = fault_target(R, &dconn, &m);
+        if (server && R->sc->redlock)
+            snprintf(R->last_detail, sizeof R->last_detail, " (master %d)", m);
         int i;
         switch (k) {
         case F_KILL_HOLDER:
@@ -335,17 +359,18 @@ static int inject(run_t *R)
             restart_win_t *w = &R->restarts[R->nrestarts < 255 ? R->nrestarts++ : 255];
             w->lossy = k == F_RESTART_LOSE;
             w->down = now_us();
-            if (R->dconn)
-                redisFree(R->dconn);
-            R->dconn = NULL;
-            ts_server_kill(&R->data);
-            if (ts_server_restart(&R->data) != 0) {
+            if (*dconn)
+                redisFree(*dconn);
+            *dconn = NULL;
+            ts_server_kill(data);
+            if (ts_server_restart(data) != 0) {
                 fprintf(stderr, "faults: %s: the data server did not restart\n", sc->name);
                 R->res->setup_failed = 1;
                 return -2;
             }
             w->up = now_us();
-            snprintf(R->last_detail, sizeof R->last_detail, " (down %.0f ms)",
+            size_t dl = strlen(R->last_detail);
+            snprintf(R->last_detail + dl, sizeof R->last_detail - dl, " (down %.0f ms)",
                      (double)(w->up - w->down) / 1e3);
             R->server_busy_until = w->up + 300000;
             R->res->faults[k]++;
@@ -353,9 +378,10 @@ static int inject(run_t *R)
         }
         case F_PAUSE: {
             long ms = rnd_range(&R->rng, 600, 1400);
-            if (inject_pause(&R->dconn, &R->data, ms) != 0)
+            if (inject_pause(dconn, data, ms) != 0)
                 continue;
-            snprintf(R->last_detail, sizeof R->last_detail, " %ld ms", ms);
+            size_t dl = strlen(R->last_detail);
+            snprintf(R->last_detail + dl, sizeof R->last_detail - dl, " %ld ms", ms);
             R->server_busy_until = now + ms * 1000 + 200000;
             R->res->faults[k]++;
             return k;
@@ -364,9 +390,10 @@ static int inject(run_t *R)
             if (R->pending)
                 continue;
             long ms = rnd_range(&R->rng, 500, 1200);
-            if (inject_debug_sleep(&R->data, ms, &R->pending) != 0)
+            if (inject_debug_sleep(data, ms, &R->pending) != 0)
                 continue;
-            snprintf(R->last_detail, sizeof R->last_detail, " %ld ms", ms);
+            size_t dl = strlen(R->last_detail);
+            snprintf(R->last_detail + dl, sizeof R->last_detail - dl, " %ld ms", ms);
             R->pending_until = now + ms * 1000 + 100000;
             R->server_busy_until = now + ms * 1000 + 200000;
             R->res->faults[k]++;
@@ -376,10 +403,10 @@ static int inject(run_t *R)
         case F_CLIENT_KILL_ALL:
         case F_PUBSUB_KILL:
         case F_SCRIPT_FLUSH: {
-            int rc = k == F_CLIENT_KILL       ? inject_client_kill_one(&R->dconn, &R->data, &R->rng)
-                     : k == F_CLIENT_KILL_ALL ? inject_client_kill_type(&R->dconn, &R->data, "normal")
-                     : k == F_PUBSUB_KILL     ? inject_client_kill_type(&R->dconn, &R->data, "pubsub")
-                                              : inject_script_flush(&R->dconn, &R->data);
+            int rc = k == F_CLIENT_KILL       ? inject_client_kill_one(dconn, data, &R->rng)
+                     : k == F_CLIENT_KILL_ALL ? inject_client_kill_type(dconn, data, "normal")
+                     : k == F_PUBSUB_KILL     ? inject_client_kill_type(dconn, data, "pubsub")
+                                              : inject_script_flush(dconn, data);
             if (rc != 0)
                 continue;
             R->server_busy_until = now + 100000;
@@ -406,6 +433,26 @@ static int inject(run_t *R)
  * Two replicas, as a min_replicas = 1 deployment would run: during a failover the sentinels
  * point the other replica at the new master at once, while the old master is only demoted
  * (and can replicate again) about 10 s after the switch. */
+static int start_sentinel_topology(run_t *R);
+
+/* Three masters with their data (R->data, R->replica[0], R->replica[1]); R->url is the
+ * redlock:// URL of the three. */
+static int start_redlock_masters(run_t *R)
+{
+    ts_server_t *m[3] = {&R->data, &R->replica[0], &R->replica[1]};
+    int n = snprintf(R->url, sizeof R->url, "redlock://");
+    int np = 0;
+    for (int i = 0; i < 3; i++) {
+        if (ts_server_start(m[i], "--appendonly", "yes", "--appendfsync", "always", NULL) != 0)
+            return -1;
+        n += snprintf(R->url + n, sizeof R->url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",
+                      m[i]->port);
+        np += snprintf(R->ports + np, sizeof R->ports - (size_t)np, "%s%d", i ? "," : "",
+                       m[i]->port);
+    }
+    return 0;
+}
+
 static int start_sentinel_topology(run_t *R)
 {
     if (ts_server_start(&R->data, "--repl-diskless-sync-delay", "0", NULL) != 0)
@@ -461,9 +508,10 @@ static void run_scenario(run_t *R)
     int64_t started = now_us();
     freeReplyObject(ck_cmd(R->ck, "FLUSHALL"));
     int rc = sc->sentinel ? start_sentinel_topology(R)
+             : sc->redlock ? start_redlock_masters(R)
              : sc->persist ? ts_server_start(&R->data, "--appendonly", "yes", "--appendfsync", "always", NULL)
                            : ts_server_start(&R->data, NULL);
-    if (!sc->sentinel) {
+    if (!sc->sentinel && !sc->redlock) {
         snprintf(R->url, sizeof R->url, "%s", R->data.url);
         snprintf(R->ports, sizeof R->ports, "%d", R->data.port);
     }
@@ -589,8 +637,14 @@ static void run_scenario(run_t *R)
     /* clean state: two leases after the last client closed, every key has a TTL */
     sleep_us(2 * sc->lease_ms * 1000 + 300000);
     long keys = 0, no_ttl = 0;
-    if (scan_ttls(current_master(R), "fx", &keys, &no_ttl) != 0)
-        viol(res, V_I7, "cannot scan the data server's keys");
+    ts_server_t *scan[3] = {current_master(R), sc->redlock ? &R->replica[0] : NULL,
+                            sc->redlock ? &R->replica[1] : NULL};
+    for (int i = 0; i < 3; i++) {
+        long k1 = 0, n1 = 0;
+        if (scan[i] && scan_ttls(scan[i], "fx", &k1, &n1) != 0)
+            viol(res, V_I7, "cannot scan the data server's keys");
+        keys += k1, no_ttl += n1;
+    }
     if (no_ttl)
         viol(res, V_I7, "%ld of %ld keys under the prefix have no TTL", no_ttl, keys);
 
@@ -598,6 +652,14 @@ static void run_scenario(run_t *R)
     if (R->dconn)
         redisFree(R->dconn);
     R->dconn = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (R->rlconn[i])
+            redisFree(R->rlconn[i]);
+        R->rlconn[i] = NULL;
+    }
+    if (sc->redlock)
+        for (int i = 0; i < 2; i++)
+            ts_server_stop(&R->replica[i]);
     if (sc->sentinel) {
         for (int i = 0; i < 3; i++)
             ts_server_stop(&R->sent[i]);
@@ -608,30 +670,6 @@ static void run_scenario(run_t *R)
     res->seconds = (double)(now_us() - started) / 1e6;
     if (g_verbose)
         printf("    quiet phase %.1f s, %ld keys left (all with TTL: %s)\n", quiet_s, keys, no_ttl ? "no" : "yes");
-}
-
-static long total_faults(const result_t *r)
-{
-    long n = 0;
-    for (int k = 0; k < F_COUNT; k++)
-        n += r->faults[k];
-    return n;
-}
-
-static long total_viol(const result_t *r)
-{
-    long n = 0;
-    for (int k = 0; k < V_COUNT; k++)
-        n += r->violations[k];
-    return n;
-}
-
-static double pct(const int64_t *v, int n, double p)
-{
-    if (n == 0)
-        return -1;
-    int i = (int)(p * (n - 1) + 0.5);
-    return (double)v[i] / 1000.0;
 }
 
 static void usage(void)
@@ -719,102 +757,21 @@ int main(int argc, char **argv)
         R.ck = ck;
         res[k].sc = &scenarios[k];
         R.res = &res[k];
-        printf("== %s: %s, %s, %d processes, %d s of faults, lease %ld ms, timeout %ld ms\n",
-               sc.name, prim_names[sc.prim], sc.persist ? "appendonly+fsync always" : "no persistence",
-               sc.procs, sc.seconds, sc.lease_ms, sc.timeout_ms);
+        printf("== %s: %s%s, %s, %d processes, %d s of faults, lease %ld ms, timeout %ld ms\n",
+               sc.name, prim_names[sc.prim], sc.redlock ? " on 3 redlock masters" : "",
+               sc.persist ? "appendonly+fsync always" : "no persistence", sc.procs, sc.seconds,
+               sc.lease_ms, sc.timeout_ms);
         run_scenario(&R);
         ran[k] = 1;
         printf("   %s: %ld sections, %ld violations, %.1f s\n", sc.name, res[k].sections,
                total_viol(&res[k]), res[k].seconds);
     }
 
-    /* the table */
-    printf("\n%-12s %5s %8s %8s %6s %7s %7s %5s %7s %7s %6s %5s %11s %6s\n", "scenario", "procs",
-           "sections", "truthful", "lost", "refused", "restart", "other", "lockerr", "edeadlk",
-           "faults", "viol", "takeover ms", "secs");
-    printf("%-12s %5s %8s %8s %6s %7s %7s %5s %7s %7s %6s %5s %11s %6s\n", "", "", "", "",
-           "ELOST", "+ELOST", "+ELOST", "", "", "orphan", "", "", "p50/p99", "");
-    long S = 0, P = 0, F = 0, V = 0;
-    int64_t *all = NULL;
-    int nall = 0;
-    int failed = 0;
+    int failed = report_print(scenarios, NSCEN, res, ran, seed, now_us() - t_all);
     for (int k = 0; k < NSCEN; k++) {
-        if (!ran[k])
-            continue;
-        result_t *r = &res[k];
-        char tk[32] = "-";
-        if (r->ntakeover)
-            snprintf(tk, sizeof tk, "%.0f/%.0f", pct(r->takeover, r->ntakeover, 0.5),
-                     pct(r->takeover, r->ntakeover, 0.99));
-        printf("%-12s %5ld %8ld %8ld %6ld %7ld %7ld %5ld %7ld %7ld %6ld %5ld %11s %6.1f\n",
-               r->sc->name, r->processes, r->sections, r->truthful, r->elost, r->refused_reported,
-               r->restart_lost, r->other_rc, r->lock_errors, r->orphans, total_faults(r),
-               total_viol(r), tk, r->seconds);
-        S += r->sections, P += r->processes, F += total_faults(r), V += total_viol(r);
-        all = realloc(all, (size_t)(nall + r->ntakeover + 1) * sizeof *all);
-        memcpy(all + nall, r->takeover, (size_t)r->ntakeover * sizeof *all);
-        nall += r->ntakeover;
-        if (total_viol(r) || r->setup_failed)
-            failed = 1;
-    }
-    printf("(lost: unlock said RS_ELOST; refused+ELOST: of those, sections whose fenced ops were "
-           "refused; restart+ELOST: holds that spanned a restart without persistence, all told; "
-           "other: unlock RS_ECONN; lockerr: lock RS_ECONN/ETIMEDOUT...; edeadlk orphan: "
-           "docs/design.md limit)\n");
-    printf("\nfaults by kind:\n%-14s", "");
-    for (int k = 0; k < NSCEN; k++)
-        if (ran[k])
-            printf(" %12s", scenarios[k].name);
-    printf("\n");
-    for (int f = 0; f < F_COUNT; f++) {
-        printf("%-14s", fault_names[f]);
-        for (int k = 0; k < NSCEN; k++)
-            if (ran[k]) {
-                if (scenarios[k].faults & FB(f))
-                    printf(" %12ld", res[k].faults[f]);
-                else
-                    printf(" %12s", "-");
-            }
-        printf("\n");
-    }
-    printf("\nviolations by invariant:\n%-14s", "");
-    for (int k = 0; k < NSCEN; k++)
-        if (ran[k])
-            printf(" %12s", scenarios[k].name);
-    printf("\n");
-    for (int v = 0; v < V_COUNT; v++) {
-        printf("%-14s", viol_names[v]);
-        for (int k = 0; k < NSCEN; k++)
-            if (ran[k])
-                printf(" %12ld", res[k].violations[v]);
-        printf("\n");
-    }
-    printf("%-14s", "dup tokens");
-    for (int k = 0; k < NSCEN; k++)
-        if (ran[k])
-            printf(" %12ld", res[k].dup_tokens);
-    printf("\n%-14s", "on_lost calls");
-    for (int k = 0; k < NSCEN; k++)
-        if (ran[k])
-            printf(" %12ld", res[k].onlost);
-    printf("\n");
-    for (int i = 1; i < nall; i++) /* insertion sort: a few hundred values */
-        for (int j = i; j > 0 && all[j - 1] > all[j]; j--) {
-            int64_t t = all[j];
-            all[j] = all[j - 1];
-            all[j - 1] = t;
-        }
-    printf("\n%ld violations in %ld sections across %ld processes with %ld injected faults; "
-           "takeover p50/p99 %.0f/%.0f ms (%d takeovers); seed %llu; %.1f s\n",
-           V, S, P, F, pct(all, nall, 0.5), pct(all, nall, 0.99), nall, (unsigned long long)seed,
-           (double)(now_us() - t_all) / 1e6);
-    for (int k = 0; k < NSCEN; k++)
-        if (ran[k] && res[k].setup_failed)
-            printf("%s: SETUP FAILED\n", scenarios[k].name);
-    printf("%s\n", failed ? "test-faults: FAILED" : "test-faults: ok");
-    free(all);
-    for (int k = 0; k < NSCEN; k++)
         free(res[k].takeover);
+        free(res[k].waits);
+    }
     redisFree(ck);
     ts_server_stop(&ck_srv);
     return failed ? 1 : 0;

@@ -483,9 +483,9 @@ static long long section(worker_t *w)
                     rs_client_lasterror(w->c));
     }
     char rec[256];
-    snprintf(rec, sizeof rec, "%d %d %s %llu %lld %lld %d %d %d %u %c %ld", w->slot, w->gen, name,
-             (unsigned long long)fence, (long long)t_acq, (long long)t_rel, rc, rd, wr, permits,
-             mode, atomic_load(&g_onlost) - onl0);
+    snprintf(rec, sizeof rec, "%d %d %s %llu %lld %lld %d %d %d %u %c %ld %lld", w->slot, w->gen,
+             name, (unsigned long long)fence, (long long)t_acq, (long long)t_rel, rc, rd, wr,
+             permits, mode, atomic_load(&g_onlost) - onl0, (long long)t_req);
     long long stop = ck_leave(w, rec);
     sleep_us(rnd_range(&w->rng, 0, 15) * 1000);
     return stop;
