@@ -319,6 +319,9 @@ typedef struct rs_waiter {
  * starting the subscriber and waiting for its subscription (at most timeout_ms). Messages
  * are matched from then on. */
 int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char *topic);
+/* Whether rs__notify_begin would register at once: the subscriber is subscribed (under
+ * Redlock on a quorum of masters). wait.c tries without queueing first when it is not. */
+int rs__notify_ready(rs_client_t *c);
 /* Subscribes (reference-counted) to channel and waits for Redis to confirm it. */
 int rs__notify_watch(rs_client_t *c, const char *channel);
 void rs__notify_unwatch(rs_client_t *c, const char *channel);
