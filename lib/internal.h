@@ -170,6 +170,13 @@ int rs__ctx_read(redisContext *ctx, redisReply **out);
 /* Sends what was appended to ctx, all of it, with send(MSG_NOSIGNAL): 0, or RS_ECONN with
  * the context marked failed. The only way the library writes to a hiredis context. */
 int rs__ctx_flush(redisContext *ctx);
+/* Sets ctx's socket (send and receive) timeouts to what is left until end_ns: 0, or
+ * RS_ECONN when nothing is left. */
+int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns);
+/* Sends what was appended (within end_ns), then waits with poll() for one reply until
+ * end_ns. 0 with *out set; RS_ECONN when the connection failed (ctx unusable); ETIMEDOUT
+ * when no reply was complete by end_ns (ctx still usable: the reply may come later). */
+int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out);
 /* send(MSG_NOSIGNAL) of all of buf: 0 or RS_ECONN. */
 int rs__send_all(int fd, const char *buf, size_t len);
 
