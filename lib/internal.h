@@ -395,10 +395,13 @@ int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_
 /* The watchdog's round under Redlock: res[i] as run_round's (1 renewed on a quorum, 0 denied
  * by more than N - quorum masters, 2 a queue entry found granted, -1 no answer). */
 /* The start of a renewal round of n leases (watchdog.c, redlock.c): every res[i] = -1 (no
- * answer yet); returns the round's I/O budget, a third of the shortest lease (at most
- * timeout_ms, at least 10 ms), so that a round never outlasts a lease's renewal margin. */
-long rs__round_begin(const rs_client_t *c, rs_lease_t *const *batch, int *res, int n);
-void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent);
+ * answer yet); returns the round's I/O budget in ms: the time left until cut_ns, the
+ * nearest local deadline of the client's live leases (at least 10 ms). A round may wait
+ * for slow answers that long, not just a share of the lease: a hold is lost at its
+ * deadline, not at a slow reply. */
+long rs__round_begin(int *res, int n, uint64_t cut_ns);
+void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent,
+                        uint64_t cut_ns);
 /* rs__wait_acquire's operations under Redlock (ctx: the rs_call_t). */
 extern const rs_acquire_ops_t rs__rl_ops;
 /* 0, or ENOTSUP with a message when the client is in Redlock mode: for the primitives that
@@ -603,6 +606,7 @@ struct rs_client {
         struct rs_report *reports; /* losses to tell on_lost about */
         redisContext *ctx;     /* its own connection */
         unsigned ctx_gen;      /* its topology generation */
+        uint64_t dial_after_ns; /* no dial ahead of a renewal before this (one failed) */
         redisContext *cctx[RS_NODES_MAX]; /* cluster: one per node */
     } wd;
 
