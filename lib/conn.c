@@ -5,7 +5,8 @@
  *   current master), bounded by a deadline (refused connects are
  *   retried with a short back-off, so a Redis restart shorter than the deadline is
  *   invisible), close-on-exec (the CLI's COMMAND must not inherit Redis sockets), TCP_NODELAY,
- *   a socket timeout for later I/O, AUTH and SELECT.
+ *   keepalive and TCP_USER_TIMEOUT (tcp_options), a socket timeout for later I/O, AUTH and
+ *   SELECT.
  * - A small pool of idle connections per client: callers check one out for one command and
  *   give it back, so no library lock is held across a round trip and a context belongs to one
  *   thread at a time (hiredis contexts are not thread-safe).
@@ -130,6 +131,33 @@ int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out)
     }
 }
 
+/* Every TCP connection of the library (pool, subscriber, watchdog, Redlock's) gets these:
+ * TCP_NODELAY (commands are single small writes), and keepalive with TCP_USER_TIMEOUT so
+ * that a black-holed peer (packets dropped, no RST) is found out by the kernel: the
+ * subscriber's read, which has no timeout, and the watchdog's, which waits up to a hold's
+ * deadline, then fail instead of blocking for ever (Linux's default would take hours).
+ * Probes start after max(timeout_ms, 1 s) idle, one a second; data or probes left
+ * unacknowledged for that idle time + 3 s drop the connection. A stalled but live server
+ * (SIGSTOP, DEBUG SLEEP) is not affected: its kernel still acknowledges. Best effort: a
+ * kernel without one of the options keeps its default. */
+static void tcp_options(const rs_client_t *c, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    long idle_s = c->timeout_ms / 1000;
+    if (idle_s < 1)
+        idle_s = 1;
+    if (idle_s > 60)
+        idle_s = 60;
+    int idle = (int)idle_s, intvl = 1, cnt = 3;
+    unsigned user_timeout = (unsigned)idle_s * 1000u + 3000u;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
 /* AUTH and SELECT on a fresh context. 0, RS_ECONN (I/O: retry), RS_ESERVER (refused). */
 static int handshake(rs_client_t *c, redisContext *ctx, const char *where, uint64_t end,
                      int *transient)
@@ -215,10 +243,8 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
         return -1;
     }
     fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
-    if (!ep->unix_socket) {
-        int one = 1;
-        setsockopt(ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
+    if (!ep->unix_socket)
+        tcp_options(c, ctx->fd);
     /* the whole attempt, connect and handshake, within ct (each command gets what is left),
      * also for connections that later block forever (the subscriber): a stalled server
      * must not wedge a connect */

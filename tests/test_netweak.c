@@ -6,7 +6,8 @@
  *      opened when the first hold is granted, not at the first renewal;
  *   2. a holder whose Redis stops answering gets on_lost no later than its local deadline
  *      (grant + lease), not some time after another client could take the lock;
- *   3. a blocking lock on a free mutex succeeds when the subscriber cannot subscribe.
+ *   3. a blocking lock on a free mutex succeeds when the subscriber cannot subscribe;
+ *   and every TCP connection of the library has keepalive and TCP_USER_TIMEOUT set.
  *
  * A stalled link is a SIGSTOPped redis-server (the kernel still accepts connections and
  * buffers requests; nothing is answered until SIGCONT). Timing bounds are generous on the
@@ -14,10 +15,15 @@
  */
 #include <criterion/criterion.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <hiredis/hiredis.h>
@@ -239,5 +245,54 @@ Test(netweak, on_lost_by_the_deadline)
     cr_expect_eq(rs_mutex_unlock(m), RS_ELOST);
     rs_mutex_destroy(m);
     rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* Keepalive and TCP_USER_TIMEOUT on every library connection                             */
+
+Test(netweak, connections_have_keepalive)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = tu_open_client(&s, 3000, 2000, NULL);
+    rs_client_t *c2 = tu_open_client(&s, 3000, 2000, NULL);
+    rs_mutex_t *m = new_mutex(c, "ka"), *m2 = new_mutex(c2, "ka");
+    cr_assert_eq(rs_mutex_lock(m2), 0);
+    /* c: its pool, its watchdog (a queue entry) and its subscriber (a wait) */
+    struct timespec dl = tu_abs_in(600);
+    cr_assert_eq(rs_mutex_timedlock(m, &dl), ETIMEDOUT);
+    cr_assert_eq(rs_mutex_unlock(m2), 0);
+
+    /* every socket of this process connected to the server is the library's */
+    int n = 0, bad = 0;
+    DIR *d = opendir("/proc/self/fd");
+    cr_assert_not_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        int fd = atoi(e->d_name);
+        struct sockaddr_in peer;
+        socklen_t pl = sizeof peer;
+        if (fd < 3 || fd == dirfd(d) || getpeername(fd, (struct sockaddr *)&peer, &pl) != 0 ||
+            peer.sin_family != AF_INET || ntohs(peer.sin_port) != s.port)
+            continue;
+        int ka = 0;
+        unsigned ut = 0;
+        socklen_t l1 = sizeof ka, l2 = sizeof ut;
+        getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &ka, &l1);
+        getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, &l2);
+        n++;
+        if (!ka || ut == 0) {
+            bad++;
+            cr_log_error("fd %d: SO_KEEPALIVE %d, TCP_USER_TIMEOUT %u", fd, ka, ut);
+        }
+    }
+    closedir(d);
+    cr_expect_geq(n, 4, "found %d library connections (pools, watchdogs, subscriber)", n);
+    cr_expect_eq(bad, 0, "%d of %d library connections without keepalive or user timeout",
+                 bad, n);
+    rs_mutex_destroy(m);
+    rs_mutex_destroy(m2);
+    rs_client_close(c);
+    rs_client_close(c2);
     ts_server_stop(&s);
 }
