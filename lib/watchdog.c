@@ -406,7 +406,8 @@ static int wd_connect(rs_client_t *c, int node, redisContext **ctxp, rs_lease_t 
 /* One reply of a round's pipeline on ctx (sent at sent). The wait is not bounded by a share
  * of the lease: it goes on while a lease of the round still waits for its answer, with a
  * round_checkpoint every 100 ms and at each cut (the nearest deadline of any live lease),
- * which tells on_lost of every lease that reached its deadline meanwhile. 0, RS_ECONN
+ * which tells on_lost of every lease that reached its deadline meanwhile. Under Sentinel it
+ * stops when the master moved meanwhile (the renewal goes to the new one). 0, RS_ECONN
  * (broken), ETIMEDOUT (given up: the replies still due make ctx unusable). */
 static int wd_read(rs_client_t *c, redisContext *ctx, rs_lease_t **batch, int *res, int n,
                    uint64_t sent, uint64_t *cut, redisReply **out)
@@ -417,7 +418,7 @@ static int wd_read(rs_client_t *c, redisContext *ctx, rs_lease_t **batch, int *r
         if (rc != ETIMEDOUT)
             return rc;
         *cut = round_checkpoint(c, batch, res, n, sent);
-        if (!*cut)
+        if (!*cut || (ctx == c->wd.ctx && c->wd.ctx_gen != rs__topo_gen(c)))
             return ETIMEDOUT;
     }
 }
