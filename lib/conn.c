@@ -5,7 +5,8 @@
  *   current master), bounded by a deadline (refused connects are
  *   retried with a short back-off, so a Redis restart shorter than the deadline is
  *   invisible), close-on-exec (the CLI's COMMAND must not inherit Redis sockets), TCP_NODELAY,
- *   a socket timeout for later I/O, AUTH and SELECT.
+ *   keepalive and TCP_USER_TIMEOUT (tcp_options), a socket timeout for later I/O, AUTH and
+ *   SELECT.
  * - A small pool of idle connections per client: callers check one out for one command and
  *   give it back, so no library lock is held across a round trip and a context belongs to one
  *   thread at a time (hiredis contexts are not thread-safe).
@@ -16,8 +17,10 @@
  *   the good path costs no system call beyond the send and the read.
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,8 +94,73 @@ static struct timeval ms_tv(long ms)
     return tv;
 }
 
+int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns)
+{
+    uint64_t now = rs__now_ns();
+    if (now >= end_ns)
+        return RS_ECONN;
+    uint64_t ms = (end_ns - now + RS_NS_PER_MS - 1) / RS_NS_PER_MS;
+    redisSetTimeout(ctx, ms_tv(ms > LONG_MAX / 2 ? LONG_MAX / 2 : (long)ms));
+    return 0;
+}
+
+int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out)
+{
+    *out = NULL;
+    if (sdslen(ctx->obuf) > 0 && (rs__ctx_timeout_until(ctx, end_ns) || rs__ctx_flush(ctx)))
+        return ctx->err ? RS_ECONN : ETIMEDOUT;
+    for (;;) {
+        void *r = NULL;
+        if (ctx->err || redisGetReplyFromReader(ctx, &r) != REDIS_OK)
+            return RS_ECONN;
+        if (r) {
+            *out = r;
+            return 0;
+        }
+        uint64_t now = rs__now_ns();
+        if (now >= end_ns)
+            return ETIMEDOUT;
+        uint64_t ms = (end_ns - now + RS_NS_PER_MS - 1) / RS_NS_PER_MS;
+        struct pollfd p = {ctx->fd, POLLIN, 0};
+        int pr = poll(&p, 1, ms > INT_MAX ? INT_MAX : (int)ms);
+        if (pr < 0 && errno != EINTR)
+            return RS_ECONN;
+        /* readable (or hung up): one read() that does not block; EOF marks ctx failed */
+        if (pr > 0 && redisBufferRead(ctx) != REDIS_OK)
+            return RS_ECONN;
+    }
+}
+
+/* Every TCP connection of the library (pool, subscriber, watchdog, Redlock's) gets these:
+ * TCP_NODELAY (commands are single small writes), and keepalive with TCP_USER_TIMEOUT so
+ * that a black-holed peer (packets dropped, no RST) is found out by the kernel: the
+ * subscriber's read, which has no timeout, and the watchdog's, which waits up to a hold's
+ * deadline, then fail instead of blocking for ever (Linux's default would take hours).
+ * Probes start after max(timeout_ms, 1 s) idle, one a second; data or probes left
+ * unacknowledged for that idle time + 3 s drop the connection. A stalled but live server
+ * (SIGSTOP, DEBUG SLEEP) is not affected: its kernel still acknowledges. Best effort: a
+ * kernel without one of the options keeps its default. */
+static void tcp_options(const rs_client_t *c, int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    long idle_s = c->timeout_ms / 1000;
+    if (idle_s < 1)
+        idle_s = 1;
+    if (idle_s > 60)
+        idle_s = 60;
+    int idle = (int)idle_s, intvl = 1, cnt = 3;
+    unsigned user_timeout = (unsigned)idle_s * 1000u + 3000u;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
 /* AUTH and SELECT on a fresh context. 0, RS_ECONN (I/O: retry), RS_ESERVER (refused). */
-static int handshake(rs_client_t *c, redisContext *ctx, const char *where, int *transient)
+static int handshake(rs_client_t *c, redisContext *ctx, const char *where, uint64_t end,
+                     int *transient)
 {
     const rs_endpoint_t *ep = &c->ep;
     redisReply *r;
@@ -105,7 +173,7 @@ static int handshake(rs_client_t *c, redisContext *ctx, const char *where, int *
         if (ep->user[0])
             argv[n] = ep->user, lens[n++] = strlen(ep->user);
         argv[n] = ep->pass, lens[n++] = strlen(ep->pass);
-        if (rs__ctx_command(ctx, n, argv, lens, &r) != 0)
+        if (rs__ctx_timeout_until(ctx, end) || rs__ctx_command(ctx, n, argv, lens, &r) != 0)
             return RS_ECONN;
         if (r->type == REDIS_REPLY_ERROR) {
             *transient = strncmp(r->str, "LOADING", 7) == 0;
@@ -119,7 +187,7 @@ static int handshake(rs_client_t *c, redisContext *ctx, const char *where, int *
         /* nothing else went out: one PING proves the peer is a Redis that lets us in */
         const char *argv[1] = {"PING"};
         size_t lens[1] = {4};
-        if (rs__ctx_command(ctx, 1, argv, lens, &r) != 0)
+        if (rs__ctx_timeout_until(ctx, end) || rs__ctx_command(ctx, 1, argv, lens, &r) != 0)
             return RS_ECONN;
         if (r->type == REDIS_REPLY_ERROR) {
             *transient = strncmp(r->str, "LOADING", 7) == 0;
@@ -134,7 +202,7 @@ static int handshake(rs_client_t *c, redisContext *ctx, const char *where, int *
         snprintf(db, sizeof db, "%d", ep->db);
         const char *argv[2] = {"SELECT", db};
         size_t lens[2] = {6, strlen(db)};
-        if (rs__ctx_command(ctx, 2, argv, lens, &r) != 0)
+        if (rs__ctx_timeout_until(ctx, end) || rs__ctx_command(ctx, 2, argv, lens, &r) != 0)
             return RS_ECONN;
         if (r->type == REDIS_REPLY_ERROR) {
             *transient = strncmp(r->str, "LOADING", 7) == 0;
@@ -159,6 +227,7 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
 {
     const rs_endpoint_t *ep = &c->ep;
     redisContext *ctx = NULL;
+    uint64_t end = rs__now_ns() + (uint64_t)ct * RS_NS_PER_MS;
     *out = NULL;
     if (ep->unix_socket)
         ctx = redisConnectUnixWithTimeout(ep->path, ms_tv(ct));
@@ -174,17 +243,16 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
         return -1;
     }
     fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
-    if (!ep->unix_socket) {
-        int one = 1;
-        setsockopt(ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
-    /* the handshake is bounded even for connections that later block forever (the
-     * subscriber): a stalled server must not wedge a connect */
-    redisSetTimeout(ctx, ms_tv(ct));
+    if (!ep->unix_socket)
+        tcp_options(c, ctx->fd);
+    /* the whole attempt, connect and handshake, within ct (each command gets what is left),
+     * also for connections that later block forever (the subscriber): a stalled server
+     * must not wedge a connect */
     int transient = 0;
-    int rc = handshake(c, ctx, ep->unix_socket ? ep->path : node->host, &transient);
+    int rc = handshake(c, ctx, ep->unix_socket ? ep->path : node->host, end, &transient);
     if (rc == 0 && !ep->unix_socket) {
-        rc = rs__topo_check(c, ctx, node, last, lastlen);
+        rc = rs__ctx_timeout_until(ctx, end) ? RS_ECONN
+                                              : rs__topo_check(c, ctx, node, last, lastlen);
         if (rc == RS_ECONN)
             transient = 1, rc = -1; /* not the master (yet): ask again */
     }
@@ -201,23 +269,25 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
     return -1;
 }
 
-static int unreachable(rs_client_t *c, const rs_node_t *node, const char *last)
+/* budget_ms: what the caller gave the connect (not always timeout_ms: the watchdog's is
+ * up to its holds' deadlines) */
+static int unreachable(rs_client_t *c, const rs_node_t *node, const char *last, long budget_ms)
 {
     const rs_endpoint_t *ep = &c->ep;
     if (ep->unix_socket)
         return rs__fail(c, RS_ECONN, "cannot reach Redis at unix:%s within %ld ms: %s", ep->path,
-                        c->timeout_ms, last);
+                        budget_ms, last);
     if (ep->mode == RS_MODE_CLUSTER)
         return rs__fail(c, RS_ECONN, "cannot reach cluster node %s:%d within %ld ms: %s",
-                        node->host, node->port, c->timeout_ms, last);
+                        node->host, node->port, budget_ms, last);
     if (ep->mode == RS_MODE_REDLOCK)
         return rs__fail(c, RS_ECONN, "cannot reach redlock master %s:%d: %s", node->host,
                         node->port, last);
     if (ep->mode == RS_MODE_SENTINEL)
         return rs__fail(c, RS_ECONN, "cannot reach master \"%s\" through %d sentinel(s) within "
-                        "%ld ms: %s", ep->master, ep->nseeds, c->timeout_ms, last);
+                        "%ld ms: %s", ep->master, ep->nseeds, budget_ms, last);
     return rs__fail(c, RS_ECONN, "cannot reach Redis at %s:%d within %ld ms: %s", ep->host,
-                    ep->port, c->timeout_ms, last);
+                    ep->port, budget_ms, last);
 }
 
 int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long io_timeout_ms,
@@ -226,6 +296,9 @@ int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long i
     uint64_t backoff_ms = 5;
     char last[200] = "timed out";
     rs_node_t node = {"?", 0};
+    uint64_t start = rs__now_ns();
+    long budget_ms = deadline_ns > start ? (long)((deadline_ns - start + RS_NS_PER_MS / 2) /
+                                                  RS_NS_PER_MS) : 0;
     *out = NULL;
     for (;;) {
         uint64_t now = rs__now_ns();
@@ -248,7 +321,7 @@ int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long i
         if (backoff_ms < 100)
             backoff_ms *= 2;
     }
-    return unreachable(c, &node, last);
+    return unreachable(c, &node, last, budget_ms);
 }
 
 int rs__conn_connect_once(rs_client_t *c, int node, long budget_ms, long io_timeout_ms,
@@ -258,7 +331,7 @@ int rs__conn_connect_once(rs_client_t *c, int node, long budget_ms, long io_time
     rs_node_t where = {"?", 0};
     int rc = connect_attempt(c, node, budget_ms > 0 ? budget_ms : 1, io_timeout_ms, &where, last,
                              sizeof last, out);
-    return rc == -1 ? unreachable(c, &where, last) : rc;
+    return rc == -1 ? unreachable(c, &where, last, budget_ms) : rc;
 }
 
 rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node)

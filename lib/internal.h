@@ -172,6 +172,13 @@ int rs__ctx_read(redisContext *ctx, redisReply **out);
 /* Sends what was appended to ctx, all of it, with send(MSG_NOSIGNAL): 0, or RS_ECONN with
  * the context marked failed. The only way the library writes to a hiredis context. */
 int rs__ctx_flush(redisContext *ctx);
+/* Sets ctx's socket (send and receive) timeouts to what is left until end_ns: 0, or
+ * RS_ECONN when nothing is left. */
+int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns);
+/* Sends what was appended (within end_ns), then waits with poll() for one reply until
+ * end_ns. 0 with *out set; RS_ECONN when the connection failed (ctx unusable); ETIMEDOUT
+ * when no reply was complete by end_ns (ctx still usable: the reply may come later). */
+int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out);
 /* send(MSG_NOSIGNAL) of all of buf: 0 or RS_ECONN. */
 int rs__send_all(int fd, const char *buf, size_t len);
 
@@ -321,6 +328,9 @@ typedef struct rs_waiter {
  * starting the subscriber and waiting for its subscription (at most timeout_ms). Messages
  * are matched from then on. */
 int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char *topic);
+/* Whether rs__notify_begin would register at once: the subscriber is subscribed (under
+ * Redlock on a quorum of masters). wait.c tries without queueing first when it is not. */
+int rs__notify_ready(rs_client_t *c);
 /* Subscribes (reference-counted) to channel and waits for Redis to confirm it. */
 int rs__notify_watch(rs_client_t *c, const char *channel);
 void rs__notify_unwatch(rs_client_t *c, const char *channel);
@@ -389,10 +399,13 @@ int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_
 /* The watchdog's round under Redlock: res[i] as run_round's (1 renewed on a quorum, 0 denied
  * by more than N - quorum masters, 2 a queue entry found granted, -1 no answer). */
 /* The start of a renewal round of n leases (watchdog.c, redlock.c): every res[i] = -1 (no
- * answer yet); returns the round's I/O budget, a third of the shortest lease (at most
- * timeout_ms, at least 10 ms), so that a round never outlasts a lease's renewal margin. */
-long rs__round_begin(const rs_client_t *c, rs_lease_t *const *batch, int *res, int n);
-void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent);
+ * answer yet); returns the round's I/O budget in ms: the time left until cut_ns, the
+ * nearest local deadline of the client's live leases (at least 10 ms). A round may wait
+ * for slow answers that long, not just a share of the lease: a hold is lost at its
+ * deadline, not at a slow reply. */
+long rs__round_begin(int *res, int n, uint64_t cut_ns);
+void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent,
+                        uint64_t cut_ns);
 /* rs__wait_acquire's operations under Redlock (ctx: the rs_call_t). */
 extern const rs_acquire_ops_t rs__rl_ops;
 /* 0, or ENOTSUP with a message when the client is in Redlock mode: for the primitives that
@@ -605,6 +618,7 @@ struct rs_client {
         struct rs_report *reports; /* losses to tell on_lost about */
         redisContext *ctx;     /* its own connection */
         unsigned ctx_gen;      /* its topology generation */
+        uint64_t dial_after_ns; /* no dial ahead of a renewal before this (one failed) */
         redisContext *cctx[RS_NODES_MAX]; /* cluster: one per node */
     } wd;
 

@@ -342,6 +342,15 @@ int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char 
     return 0;
 }
 
+int rs__notify_ready(rs_client_t *c)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    int need = c->ep.mode == RS_MODE_REDLOCK ? rs__rl_quorum(c) : 1;
+    int ready = c->nt.started && c->nt.nsubscribed >= need;
+    pthread_mutex_unlock(&c->nt.mu);
+    return ready;
+}
+
 int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns)
 {
     pthread_mutex_lock(&c->nt.mu);

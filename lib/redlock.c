@@ -702,10 +702,21 @@ static void build_renew(void *arg, int j, rs_argv_t *out)
     rs__evalsha_argv(l->script, l->nkeys, &a, out);
 }
 
-void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent)
+void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent,
+                        uint64_t cut_ns)
 {
     int nm = c->ep.nseeds, q = rs__rl_quorum(c);
-    long io_ms = rs__round_begin(c, batch, res, n);
+    long io_ms = rs__round_begin(res, n, cut_ns);
+    /* the fan-out keeps its budget of a third of the shortest lease (within timeout_ms): a
+     * master that does not answer by then is dropped and a quorum decides without it; the
+     * cut (the nearest hold deadline) only shortens it */
+    for (int j = 0; j < n; j++)
+        if (batch[j]->lease_ms / 3 < io_ms)
+            io_ms = batch[j]->lease_ms / 3;
+    if (c->timeout_ms < io_ms)
+        io_ms = c->timeout_ms;
+    if (io_ms < 10)
+        io_ms = 10;
     redisReply **rep = calloc((size_t)nm * (size_t)n + 1, sizeof *rep);
     if (!rep)
         return;

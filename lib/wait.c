@@ -3,6 +3,7 @@
  * (as in musl, lock is timedlock without a deadline), so deadlines, wake-ups and retries are
  * handled in one place.
  *
+ *   (subscriber not up yet: attempt without queueing -> granted? done; then subscribe)
  *   attempt (queue in Redis if busy) -> granted? done
  *   sleep until: a wake-up message for this acquisition (usually "it is yours"), a poke to
  *   retry (subscriber reconnected, queue entry vanished or was granted), the holder's
@@ -29,6 +30,15 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
         return try_only ? EBUSY : rs__fail(c, ETIMEDOUT, "deadline passed");
     }
 
+    /* Until the subscriber stands, try first without queueing: a free primitive is taken
+     * without it, so a subscriber that cannot subscribe (a lossy link, no pub/sub right)
+     * costs only the callers that must wait. Subscribed first, then the queued attempt, as
+     * always: a wake-up is only published for an attempt that queued, so none is lost. */
+    if (!rs__notify_ready(c)) {
+        int rc = ops->attempt(ctx, 0, out);
+        if (rc != 0 || out->granted)
+            return rc;
+    }
     rs_waiter_t w;
     int rc = rs__notify_begin(c, &w, acqid, NULL);
     if (rc != 0)

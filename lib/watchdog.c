@@ -18,6 +18,15 @@
  * (topology.c); renewals are not confirmed with WAIT (a renewal lost in a failover costs
  * at most the rest of the lease, which the new master still counts down). Under Redlock the
  * round goes to every master at once and counts by quorum (redlock.c, rs__rl_renew_round).
+ *
+ * Slow and lossy links (docs/reliability.md, "Network faults"): the connection is dialled by
+ * this thread as soon as a lease is registered, not at the first renewal, and a round's
+ * waits (connect, send, read) are bounded by the nearest local deadline of any lease (the
+ * cut), not by a share of the lease: a slow reply is waited for on the same connection
+ * while a deadline is still ahead. Every 100 ms of such a wait, and at the cut,
+ * round_checkpoint applies the answers read so far, marks the leases past their deadline
+ * lost and calls on_lost at once, so a holder cut off from Redis hears of it at its local
+ * deadline, before anyone else can be granted the lock.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -262,11 +271,167 @@ long rs__lease_remaining_ms(rs_client_t *c, rs_lease_t *l)
     return left;
 }
 
+long rs__round_begin(int *res, int n, uint64_t cut_ns)
+{
+    uint64_t now = rs__now_ns();
+    long io_ms = cut_ns > now ? (long)((cut_ns - now) / RS_NS_PER_MS) : 0;
+    if (cut_ns == RS_NO_DEADLINE || io_ms > 3600 * 1000)
+        io_ms = 3600 * 1000;
+    if (io_ms < 10)
+        io_ms = 10;
+    for (int i = 0; i < n; i++)
+        res[i] = -1;
+    return io_ms;
+}
+
+/* A result of a round already applied by round_checkpoint (not applied again). */
+#define RS_RES_APPLIED 9
+
+/* The nearest local deadline of every live lease; RS_NO_DEADLINE if none. wd.mu held. */
+static uint64_t nearest_deadline_locked(rs_client_t *c)
+{
+    uint64_t cut = RS_NO_DEADLINE;
+    for (rs_lease_t *l = c->wd.head; l; l = l->next)
+        if (!l->lost && l->deadline_ns < cut)
+            cut = l->deadline_ns;
+    return cut;
+}
+
+/* Marks every live lease past its local deadline lost (a queue entry's waiter is poked to
+ * retry instead). wd.mu held. */
+static void expire_locked(rs_client_t *c, uint64_t now)
+{
+    for (rs_lease_t *l = c->wd.head; l; l = l->next) {
+        if (l->lost || now < l->deadline_ns)
+            continue;
+        if (l->waiter)
+            rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
+        mark_lost_locked(c, l);
+    }
+}
+
+/* Applies a round's result for l (1 renewed, 0 gone, 2 granted, -1 no answer) whose
+ * renewal was sent at sent; after is now. wd.mu held. */
+static void apply_locked(rs_client_t *c, rs_lease_t *l, int res, uint64_t sent, uint64_t after)
+{
+    if (!l->registered || l->lost)
+        return;
+    if (res == 1 || (res == 2 && l->waiter)) {
+        l->deadline_ns = sent + (uint64_t)l->lease_ms * RS_NS_PER_MS - rs__drift_ns(l->lease_ms);
+        l->due_ns = sent + period_ns(l);
+        if (res == 2)
+            rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
+    } else if (res == 0 || res == 2) {
+        if (l->waiter) {
+            rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
+            l->due_ns = after + period_ns(l);
+        } else {
+            mark_lost_locked(c, l);
+        }
+    } else {
+        /* no answer: try again soon, well before the local deadline */
+        uint64_t retry = period_ns(l) / 4;
+        if (retry > 200 * RS_NS_PER_MS)
+            retry = 200 * RS_NS_PER_MS;
+        l->due_ns = after + retry;
+    }
+}
+
+static void deliver_reports(rs_client_t *c);
+
+/* Called when a wait of a round (connect, read) reaches its cut or a slice of it: applies
+ * the answers already read (a renewal confirmed in this round counts before its old
+ * deadline passes), marks every lease past its local deadline lost and calls on_lost now,
+ * not when the round ends. Returns the next cut, the nearest deadline of any live lease;
+ * 0 to give up: the watchdog is stopping, or no lease of batch (sent at sent) still waits
+ * for an answer while registered and not lost. */
+static uint64_t round_checkpoint(rs_client_t *c, rs_lease_t **batch, int *res, int n,
+                                 uint64_t sent)
+{
+    pthread_mutex_lock(&c->wd.mu);
+    uint64_t now = rs__now_ns();
+    for (int i = 0; i < n; i++)
+        if (res[i] >= 0 && res[i] <= 2) {
+            apply_locked(c, batch[i], res[i], sent, now);
+            res[i] = RS_RES_APPLIED;
+        }
+    expire_locked(c, now);
+    deliver_reports(c);
+    int waiting = 0;
+    for (int i = 0; i < n && !waiting; i++)
+        waiting = res[i] < 0 && batch[i]->registered && !batch[i]->lost;
+    uint64_t cut = waiting && !c->wd.stop ? nearest_deadline_locked(c) : 0;
+    pthread_mutex_unlock(&c->wd.mu);
+    return cut;
+}
+
+/* Opens the watchdog's connection to node (< 0: where topology.c says) into *ctxp: attempts
+ * of at most timeout_ms each, retried until the cut (the nearest hold deadline), with a
+ * round_checkpoint between them, so a lost SYN costs a retransmission, not the round, and
+ * on_lost is still told at the deadline. With n == 0 (a dial ahead of the first renewal),
+ * one attempt. 0, or an error (the next round or dial tries again). */
+static int wd_connect(rs_client_t *c, int node, redisContext **ctxp, rs_lease_t **batch,
+                      int *res, int n, uint64_t *cut)
+{
+    uint64_t nap_ms = 5;
+    unsigned gen = rs__topo_gen(c);
+    for (;;) {
+        uint64_t now = rs__now_ns();
+        if (now < *cut) {
+            uint64_t left = (*cut - now) / RS_NS_PER_MS;
+            long ct = left < (uint64_t)c->timeout_ms ? (long)left : c->timeout_ms;
+            int rc = rs__conn_connect_once(c, node, ct > 0 ? ct : 1, 0, ctxp);
+            if (rc == 0) {
+                if (node < 0)
+                    c->wd.ctx_gen = gen;
+                return 0;
+            }
+            *ctxp = NULL;
+            if (rc != RS_ECONN)
+                return rc; /* refused (AUTH, SELECT): the next round asks again */
+        }
+        *cut = round_checkpoint(c, batch, res, n, 0);
+        if (!*cut)
+            return RS_ECONN;
+        now = rs__now_ns();
+        uint64_t nap = nap_ms * RS_NS_PER_MS;
+        if (now + nap > *cut)
+            nap = *cut > now ? *cut - now : 0;
+        rs__sleep_ns(nap);
+        if (nap_ms < 100)
+            nap_ms *= 2;
+    }
+}
+
+/* One reply of a round's pipeline on ctx (sent at sent). The wait is not bounded by a share
+ * of the lease: it goes on while a lease of the round still waits for its answer, with a
+ * round_checkpoint every 100 ms and at each cut (the nearest deadline of any live lease),
+ * which tells on_lost of every lease that reached its deadline meanwhile. Under Sentinel it
+ * stops when the master moved meanwhile (the renewal goes to the new one). 0, RS_ECONN
+ * (broken), ETIMEDOUT (given up: the replies still due make ctx unusable). */
+static int wd_read(rs_client_t *c, redisContext *ctx, rs_lease_t **batch, int *res, int n,
+                   uint64_t sent, uint64_t *cut, redisReply **out)
+{
+    for (;;) {
+        uint64_t slice = rs__now_ns() + 100 * RS_NS_PER_MS;
+        int rc = rs__ctx_read_until(ctx, slice < *cut ? slice : *cut, out);
+        if (rc != ETIMEDOUT)
+            return rc;
+        *cut = round_checkpoint(c, batch, res, n, sent);
+        if (!*cut || (ctx == c->wd.ctx && c->wd.ctx_gen != rs__topo_gen(c)))
+            return ETIMEDOUT;
+    }
+}
+
 /* min_replicas > 0: a renewal counts only once WAIT (behind a PUBLISH of ours, see
  * script.c) says enough replicas have it, so that the local deadline never runs past what a
  * promoted replica would enforce. WAIT's timeout is kept under the round's socket timeout. */
-static int append_wait(rs_client_t *c, redisContext *ctx, long io_ms)
+static int append_wait(rs_client_t *c, redisContext *ctx, uint64_t cut)
 {
+    uint64_t now = rs__now_ns();
+    long io_ms = cut > now ? (long)((cut - now) / RS_NS_PER_MS) : 0;
+    if (cut == RS_NO_DEADLINE)
+        io_ms = 2 * c->replica_timeout_ms;
     char chan[256], n[16], t[24];
     long wt = c->replica_timeout_ms < io_ms / 2 ? c->replica_timeout_ms : io_ms / 2;
     snprintf(chan, sizeof chan, "%s:sync", c->channel);
@@ -281,56 +446,38 @@ static int append_wait(rs_client_t *c, redisContext *ctx, long io_ms)
     return 0;
 }
 
-/* WAIT's count after append_wait's two replies; -1 if it failed, -2 if the link broke. */
-static long long read_wait(redisContext *ctx)
+/* WAIT's count after append_wait's two replies (wd_read's arguments); -1 if it failed, -2
+ * if the link broke or the round gave up. */
+static long long read_wait(rs_client_t *c, redisContext *ctx, rs_lease_t **batch, int *res,
+                           int n, uint64_t sent, uint64_t *cut)
 {
     redisReply *r;
-    if (rs__ctx_read(ctx, &r) != 0)
+    if (wd_read(c, ctx, batch, res, n, sent, cut, &r) != 0)
         return -2;
     freeReplyObject(r);
-    if (rs__ctx_read(ctx, &r) != 0)
+    if (wd_read(c, ctx, batch, res, n, sent, cut, &r) != 0)
         return -2;
     long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     freeReplyObject(r);
     return v;
 }
 
-long rs__round_begin(const rs_client_t *c, rs_lease_t *const *batch, int *res, int n)
-{
-    long io_ms = c->timeout_ms;
-    for (int i = 0; i < n; i++)
-        if (batch[i]->lease_ms / 3 < io_ms)
-            io_ms = batch[i]->lease_ms / 3;
-    if (io_ms < 10)
-        io_ms = 10;
-    for (int i = 0; i < n; i++)
-        res[i] = -1;
-    return io_ms;
-}
-
-/* Results of one round, per lease: 1 renewed, 0 gone, 2 granted, -1 no answer. */
+/* Results of one round, per lease: 1 renewed, 0 gone, 2 granted, -1 no answer (or
+ * RS_RES_APPLIED: round_checkpoint applied it already). Every wait is cut at cut, the
+ * nearest deadline of any live lease (round_checkpoint then moves it on). */
 static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t **batch,
-                      int *res, int n, uint64_t *sent)
+                      int *res, int n, uint64_t *sent, uint64_t cut)
 {
     int confirm = c->min_replicas > 0;
-    long io_ms = rs__round_begin(c, batch, res, n);
+    rs__round_begin(res, n, cut);
     if (*ctxp && node < 0 && c->wd.ctx_gen != rs__topo_gen(c)) {
         redisFree(*ctxp); /* the master moved since it was opened */
         *ctxp = NULL;
     }
-    if (!*ctxp) {
-        unsigned gen = rs__topo_gen(c);
-        if (rs__conn_connect_to(c, node, rs__now_ns() + (uint64_t)io_ms * RS_NS_PER_MS, io_ms,
-                                ctxp) != 0) {
-            if (c->ep.mode == RS_MODE_CLUSTER)
-                rs__cluster_stale(c);
-            return;
-        }
-        if (node < 0)
-            c->wd.ctx_gen = gen;
-    } else {
-        struct timeval tv = {io_ms / 1000, (io_ms % 1000) * 1000};
-        redisSetTimeout(*ctxp, tv);
+    if (!*ctxp && wd_connect(c, node, ctxp, batch, res, n, &cut) != 0) {
+        if (c->ep.mode == RS_MODE_CLUSTER)
+            rs__cluster_stale(c);
+        goto done;
     }
     for (int pass = 0; pass < 2; pass++) {
         int pending = 0;
@@ -347,14 +494,17 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
         }
         if (!pending)
             goto done;
-        if (confirm && append_wait(c, *ctxp, io_ms) != 0)
+        if (confirm && append_wait(c, *ctxp, cut) != 0)
+            goto broken;
+        /* sent whole before the first read, within the cut */
+        if (rs__ctx_timeout_until(*ctxp, cut) || rs__ctx_flush(*ctxp))
             goto broken;
         int noscript = 0, moved = 0, ask = 0;
         for (int i = 0; i < n; i++) {
             if (res[i] != -1)
                 continue;
             redisReply *r;
-            if (rs__ctx_read(*ctxp, &r) != 0)
+            if (wd_read(c, *ctxp, batch, res, n, *sent, &cut, &r) != 0)
                 goto broken;
             if (r->type == REDIS_REPLY_INTEGER)
                 res[i] = (int)r->integer == 1 && confirm ? -3 : (int)r->integer;
@@ -371,7 +521,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
             freeReplyObject(r);
         }
         if (confirm) {
-            long long acked = read_wait(*ctxp);
+            long long acked = read_wait(c, *ctxp, batch, res, n, *sent, &cut);
             if (acked == -2)
                 goto broken;
             for (int i = 0; i < n; i++)
@@ -389,13 +539,15 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
         for (int i = 0; i < n; i++)
             if (res[i] == -2) {
                 res[i] = -1;
-                if (rs__script_load(c, *ctxp, batch[i]->script) == RS_ECONN)
+                if (rs__ctx_timeout_until(*ctxp, cut) ||
+                    rs__script_load(c, *ctxp, batch[i]->script) == RS_ECONN)
                     goto broken;
             }
     }
     goto done;
 broken:
-    redisFree(*ctxp);
+    if (*ctxp)
+        redisFree(*ctxp);
     *ctxp = NULL;
     rs__topo_changed(c); /* under Sentinel: perhaps a failover; the pool reconnects too */
     if (c->ep.mode == RS_MODE_CLUSTER)
@@ -409,19 +561,23 @@ done:
 /* One round for every lease of batch: on one connection, or under Cluster one pipelined
  * round per node, each lease going to the master of its keys' slot. *sent is the send time
  * of the first group (the earliest, so local deadlines stay on the safe side). */
-static void run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent)
+static void run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent,
+                       uint64_t cut)
 {
     if (c->ep.mode == RS_MODE_REDLOCK) {
-        rs__rl_renew_round(c, batch, res, n, sent); /* every master at once, by quorum */
+        rs__rl_renew_round(c, batch, res, n, sent, cut); /* every master at once, by quorum */
         return;
     }
     if (c->ep.mode != RS_MODE_CLUSTER) {
-        run_round(c, &c->wd.ctx, -1, batch, res, n, sent);
+        run_round(c, &c->wd.ctx, -1, batch, res, n, sent, cut);
         return;
     }
     for (int i = 0; i < n; i++)
         res[i] = -1;
-    rs__cluster_refresh(c, 0, c->timeout_ms); /* only if a MOVED made it stale */
+    uint64_t now = rs__now_ns();
+    long left = cut > now ? (long)((cut - now) / RS_NS_PER_MS) : 1;
+    /* only if a MOVED made it stale; within the cut */
+    rs__cluster_refresh(c, 0, left < c->timeout_ms ? (left > 0 ? left : 1) : c->timeout_ms);
     int *node = malloc((size_t)n * 3 * sizeof *node + 1);
     rs_lease_t **sub = malloc((size_t)n * sizeof *sub + 1);
     if (!node || !sub) {
@@ -447,7 +603,7 @@ static void run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint
                 node[j] = -1; /* grouped */
             }
         uint64_t s = rs__now_ns();
-        run_round(c, &c->wd.cctx[nd], nd, sub, subres, m, &s);
+        run_round(c, &c->wd.cctx[nd], nd, sub, subres, m, &s, cut);
         if (first || s < *sent)
             *sent = s;
         first = 0;
@@ -477,6 +633,28 @@ static void deliver_reports(rs_client_t *c)
     }
 }
 
+/* The connection a live lease will be renewed on, when it is not open yet (node: where it
+ * goes, < 0 for where topology.c says); NULL when every one is open. Under Redlock the
+ * round dials the masters itself. wd.mu held. */
+static redisContext **dial_needed_locked(rs_client_t *c, int *node)
+{
+    *node = -1;
+    if (c->ep.mode == RS_MODE_REDLOCK)
+        return NULL;
+    if (c->ep.mode != RS_MODE_CLUSTER)
+        return c->wd.ctx ? NULL : &c->wd.ctx;
+    for (rs_lease_t *l = c->wd.head; l; l = l->next) {
+        if (l->lost)
+            continue;
+        int nd = rs__cluster_node_of(c, l->args.v[1], l->args.len[1]);
+        if (nd >= 0 && nd < RS_NODES_MAX && !c->wd.cctx[nd]) {
+            *node = nd;
+            return &c->wd.cctx[nd];
+        }
+    }
+    return NULL;
+}
+
 static void *watchdog_main(void *arg)
 {
     rs_client_t *c = arg;
@@ -492,15 +670,11 @@ static void *watchdog_main(void *arg)
             break;
         uint64_t now = rs__now_ns(), wake = RS_NO_DEADLINE;
         int n = 0, ndue = 0;
+        expire_locked(c, now);
+        uint64_t cut = nearest_deadline_locked(c);
         for (rs_lease_t *l = c->wd.head; l; l = l->next) {
             if (l->lost)
                 continue;
-            if (now >= l->deadline_ns) {
-                if (l->waiter)
-                    rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
-                mark_lost_locked(c, l);
-                continue;
-            }
             if (l->deadline_ns < wake)
                 wake = l->deadline_ns;
             /* renew once a third of the period has gone, so leases fall into one round */
@@ -534,38 +708,31 @@ static void *watchdog_main(void *arg)
             n = k;
             pthread_mutex_unlock(&c->wd.mu);
             uint64_t sent = now;
-            run_rounds(c, batch, res, n, &sent);
+            run_rounds(c, batch, res, n, &sent, cut);
             pthread_mutex_lock(&c->wd.mu);
             uint64_t after = rs__now_ns();
-            for (int i = 0; i < n; i++) {
-                rs_lease_t *l = batch[i];
-                if (l->registered && !l->lost) {
-                    if (res[i] == 1 || (res[i] == 2 && l->waiter)) {
-                        l->deadline_ns = sent + (uint64_t)l->lease_ms * RS_NS_PER_MS -
-                                         rs__drift_ns(l->lease_ms);
-                        l->due_ns = sent + period_ns(l);
-                        if (res[i] == 2)
-                            rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
-                    } else if (res[i] == 0 || res[i] == 2) {
-                        if (l->waiter) {
-                            rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
-                            l->due_ns = after + period_ns(l);
-                        } else {
-                            mark_lost_locked(c, l);
-                        }
-                    } else {
-                        /* no answer: try again soon, well before the local deadline */
-                        uint64_t retry = period_ns(l) / 4;
-                        if (retry > 200 * RS_NS_PER_MS)
-                            retry = 200 * RS_NS_PER_MS;
-                        l->due_ns = after + retry;
-                    }
-                }
-            }
+            for (int i = 0; i < n; i++)
+                if (res[i] != RS_RES_APPLIED)
+                    apply_locked(c, batch[i], res[i], sent, after);
             pthread_mutex_unlock(&c->wd.mu);
             for (int i = 0; i < n; i++)
                 rs__lease_unref(batch[i]);
             pthread_mutex_lock(&c->wd.mu);
+            continue;
+        }
+        int node;
+        redisContext **ctxp = cut != RS_NO_DEADLINE && now >= c->wd.dial_after_ns
+                                  ? dial_needed_locked(c, &node)
+                                  : NULL;
+        if (ctxp) {
+            /* a hold (or queue entry) is registered and its renewals have no connection:
+             * open it now, on this thread, not at the first renewal (a lost SYN then costs
+             * a retransmission before anything is due, not a third of the lease) */
+            pthread_mutex_unlock(&c->wd.mu);
+            int rc = wd_connect(c, node, ctxp, NULL, NULL, 0, &cut);
+            pthread_mutex_lock(&c->wd.mu);
+            if (rc != 0)
+                c->wd.dial_after_ns = rs__now_ns() + 200 * RS_NS_PER_MS;
             continue;
         }
         c->wd.wake_ns = wake;
