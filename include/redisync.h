@@ -295,6 +295,42 @@ RS_API int rs_multilock_unlock(rs_multilock_t *ml);
 RS_API int rs_multilock_destroy(rs_multilock_t *ml);
 
 /* ---------------------------------------------------------------------------------------
+ * Holds as objects: a hold that belongs to the program, not to the thread that took it, for
+ * thread pools, event loops and FFI callers whose work moves between threads.
+ *
+ * rs_mutex_acquire, rs_rwlock_acquire_read/_write and rs_sem_acquire block like the timed
+ * calls (abstime NULL: no deadline; one already past: one attempt, EBUSY, or EAGAIN for the
+ * semaphore) and return a hold granted under its own acquisition id and owner token: any
+ * thread may read it and release it. The watchdog renews it like every hold, on_lost fires
+ * for it, and rs_client_close releases it in Redis. The scripts cannot tell it from a
+ * thread's hold: a hold object and a thread-bound hold on one name exclude each other and
+ * queue in one FIFO line, and two hold objects of one client on one mutex are two contenders
+ * (the second waits; never EDEADLK). Errors: EINVAL (NULL handle or out, bad abstime, n of 0),
+ * ETIMEDOUT, EBUSY/EAGAIN, RS_ECONN, RS_ESERVER, RS_EFORK, ECANCELED (closing), ENOMEM; on
+ * error *out is NULL. A handle with hold objects not yet released cannot be destroyed
+ * (EBUSY). Thread-safe.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_hold rs_hold_t;
+RS_API int rs_mutex_acquire(rs_mutex_t *m, const struct timespec *abstime, rs_hold_t **out);
+RS_API int rs_rwlock_acquire_read(rs_rwlock_t *rw, const struct timespec *abstime,
+                                  rs_hold_t **out);
+RS_API int rs_rwlock_acquire_write(rs_rwlock_t *rw, const struct timespec *abstime,
+                                   rs_hold_t **out);
+RS_API int rs_sem_acquire(rs_sem_t *s, unsigned n, const struct timespec *abstime,
+                          rs_hold_t **out); /* n permits in one hold */
+/* Releases the hold and frees h, from any thread; blocks for one round trip. 0, RS_ELOST
+ * (it had been lost: on_lost was called), RS_ECONN (the lease then runs out in Redis),
+ * EINVAL for NULL or a pointer that is not a hold object. After rs_client_close it only
+ * frees h (close released it): 0, or RS_ELOST; in a fork child it frees h and returns
+ * RS_EFORK (the parent's hold is untouched). Releasing the same hold twice is a
+ * use-after-free the library cannot catch. */
+RS_API int rs_hold_release(rs_hold_t *h);
+RS_API uint64_t rs_hold_fence(const rs_hold_t *h);   /* its fencing token; 0 for a read hold */
+RS_API long rs_hold_remaining(const rs_hold_t *h);   /* ms of lease left as last confirmed; 0
+                                                        once lost */
+RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known lost */
+
+/* ---------------------------------------------------------------------------------------
  * Inspection, for operators and the command-line tool. Read-only except rs_force_release.
  * kind is one of "mutex", "rmutex", "rwlock", "sem", "latch".
  * ------------------------------------------------------------------------------------- */

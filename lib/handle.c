@@ -92,6 +92,12 @@ int rs__handle_destroy(rs_handle_t *h)
         return rs__fail(c, EBUSY, "a thread still holds %s \"%.*s\" through this handle",
                         h->kind, RS_HNAME(h));
     }
+    if (atomic_load(&h->nobj) > 0 && !child) {
+        /* they point at the handle: release them first (after close that only frees them) */
+        pthread_mutex_unlock(&h->mu);
+        return rs__fail(c, EBUSY, "%d hold object(s) of %s \"%.*s\" are not released",
+                        atomic_load(&h->nobj), h->kind, RS_HNAME(h));
+    }
     rs_hold_t *hd = h->holds;
     h->holds = NULL;
     pthread_mutex_unlock(&h->mu);
@@ -206,10 +212,11 @@ void rs__handle_remove(rs_handle_t *h, rs_hold_t *hold)
     pthread_mutex_unlock(&h->mu);
 }
 
-void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid)
+static void call_init(rs_call_t *k, rs_handle_t *h, const char *acqid, uint64_t owner_no)
 {
     k->h = h;
-    k->toklen = rs__owner_token(h->c, k->token);
+    k->owner_no = owner_no;
+    k->toklen = rs__owner_token(h->c, owner_no, k->token);
     if (acqid) {
         snprintf(k->acqid, sizeof k->acqid, "%s", acqid);
         k->acqlen = strlen(k->acqid);
@@ -233,6 +240,16 @@ void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid)
         k->kklen[i] = (unsigned short)(h->klen[0] + 1 + sl);
         off += k->kklen[i] + 1u;
     }
+}
+
+void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid)
+{
+    call_init(k, h, acqid, rs__thread_no());
+}
+
+void rs__call_init_object(rs_call_t *k, rs_handle_t *h)
+{
+    call_init(k, h, NULL, rs__owner_no_new());
 }
 
 void rs__call_extra(rs_call_t *k, const char *arg)
@@ -413,7 +430,7 @@ int rs__hold_new(const rs_call_t *k, rs_hold_t **out)
 void rs__hold_granted(const rs_call_t *k, rs_hold_t *hold, uint64_t fence, long ttl_ms,
                       uint64_t sent_ns)
 {
-    hold->thread_no = rs__thread_no();
+    hold->thread_no = k->owner_no;
     memcpy(hold->acqid, k->acqid, k->acqlen + 1);
     hold->fence = fence;
     hold->count = 1;
@@ -450,6 +467,24 @@ int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out)
     if (rc == EBUSY || (try_only && rc == EDEADLK)) /* try never says EDEADLK */
         return rs__fail(c, EBUSY, "%s \"%.*s\" is busy", k->h->kind, RS_HNAME(k->h));
     return rc ? rc : rs__fail(c, RS_ESERVER, "unexpected reply from the %s script", k->h->kind);
+}
+
+int rs__acquire_object(rs_call_t *k, const struct timespec *abstime, rs_hold_t **out)
+{
+    rs_client_t *c = k->h->c;
+    uint64_t deadline = RS_NO_DEADLINE;
+    *out = NULL;
+    if (abstime) {
+        int rc = rs__deadline_from(c, abstime, &deadline);
+        if (rc)
+            return rc;
+    }
+    int rc = rs__acquire(k, deadline <= rs__now_ns(), deadline, out);
+    if (rc == 0) {
+        (*out)->obj = k->h;
+        atomic_fetch_add(&k->h->nobj, 1);
+    }
+    return rc;
 }
 
 int rs__handle_take(rs_handle_t *h, int try_only, uint64_t deadline)

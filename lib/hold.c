@@ -1,10 +1,11 @@
 /*
  * hold.c - who owns a hold, and the local record of what each thread holds.
  *
- * A hold belongs to one thread of one client. The owner token sent to Redis is
- * "SECRET:THREADNO": SECRET is the client's 128-bit random secret, THREADNO a per-process
- * number given to a thread on first use and never reused (pthread_self() and gettid() values
- * are recycled when threads exit, which would let a new thread inherit a dead one's hold).
+ * A hold belongs to one thread of one client, or, as a hold object (rs_mutex_acquire...), to
+ * the program. The owner token sent to Redis is "SECRET:NO": SECRET is the client's 128-bit
+ * random secret, NO a per-process number given to a thread on first use, or to a hold
+ * object, and never reused (pthread_self() and gettid() values are recycled when threads
+ * exit, which would let a new thread inherit a dead one's hold).
  * Scripts store only SHA1(token), so reading the keys does not let anyone release or renew
  * a hold. Acquisition ids "PUBLICID:N.SECRET" name one acquisition: scripts use them to make
  * a retried call idempotent and the notifier uses them to route wake-ups. SECRET makes a
@@ -27,10 +28,14 @@ uint64_t rs__thread_no(void)
     return rs_thread_no_tls;
 }
 
-size_t rs__owner_token(const rs_client_t *c, char *buf)
+uint64_t rs__owner_no_new(void)
 {
-    int n = snprintf(buf, RS_TOKEN_MAX, "%s:%llx", c->secret_hex,
-                     (unsigned long long)rs__thread_no());
+    return atomic_fetch_add(&rs_thread_counter, 1);
+}
+
+size_t rs__owner_token(const rs_client_t *c, uint64_t no, char *buf)
+{
+    int n = snprintf(buf, RS_TOKEN_MAX, "%s:%llx", c->secret_hex, (unsigned long long)no);
     return (size_t)n;
 }
 

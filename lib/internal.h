@@ -221,10 +221,12 @@ char *rs__key(const rs_client_t *c, const char *name, size_t namelen, const char
 /* ----- hold.c ------------------------------------------------------------------------ */
 /* A never-reused number for the calling thread (pthread_self values are reused). */
 uint64_t rs__thread_no(void);
-/* The calling thread's owner token for client c: "SECRETHEX:THREADNO". Redis stores only
- * its SHA1. buf must hold RS_TOKEN_MAX bytes. */
+/* A number from the same sequence that no thread will ever have: a hold object's owner. */
+uint64_t rs__owner_no_new(void);
+/* The owner token of owner number no (a thread's, or a hold object's) for client c:
+ * "SECRETHEX:NO". Redis stores only its SHA1. buf must hold RS_TOKEN_MAX bytes. */
 #define RS_TOKEN_MAX 64
-size_t rs__owner_token(const rs_client_t *c, char *buf);
+size_t rs__owner_token(const rs_client_t *c, uint64_t no, char *buf);
 /* A fresh acquisition id "PUBLICID:N.SECRET", unique per client; SECRET is 64 random bits.
  * "PUBLICID:N" (the route) may be published in messages that only ask for a retry; the whole
  * id is published only in the grant that ends the acquisition, so nobody who cannot read
@@ -239,7 +241,8 @@ unsigned rs__fork_generation(void); /* bumped in every fork child (pthread_atfor
 typedef struct rs_lease rs_lease_t;
 /* What one thread holds through one handle. */
 typedef struct rs_hold {
-    uint64_t thread_no;
+    uint64_t thread_no; /* the owning thread's number, or a hold object's own (owner_no) */
+    struct rs_handle *obj; /* a hold object (rs_mutex_acquire...): its handle; else NULL */
     char acqid[RS_ACQID_MAX];
     uint64_t fence;
     unsigned count;     /* re-entries (recursive kinds) or permits */
@@ -455,6 +458,7 @@ typedef struct rs_handle {
     atomic_long lease_ms;      /* 0: the client's */
     pthread_mutex_t mu;        /* guards holds */
     rs_hold_t *holds;
+    atomic_int nobj;           /* hold objects taken through it and not yet released */
 } rs_handle_t;
 /* printf arguments for "%.*s": the handle's name */
 #define RS_HNAME(h) (int)(h)->namelen, (h)->name
@@ -505,9 +509,17 @@ typedef struct rs_call {
      * answer showed, and how long it sleeps before it checks again without a wake-up */
     uint64_t rl_ticket, rl_seen;
     long rl_recheck_ms;
+    uint64_t owner_no; /* the owner: the calling thread's number, or a hold object's own */
 } rs_call_t;
-/* acqid NULL: a fresh acquisition id; else the id of an existing hold. */
+/* acqid NULL: a fresh acquisition id; else the id of an existing hold. The owner is the
+ * calling thread. */
 void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid);
+/* The same for a hold object: a fresh owner of its own (a number no thread ever has), so the
+ * hold belongs to the program, and any thread may release it. */
+void rs__call_init_object(rs_call_t *k, rs_handle_t *h);
+/* A hold object's acquisition (rs_mutex_acquire...): abstime NULL waits without a deadline,
+ * one already past makes one attempt (EBUSY); on 0 *out is the hold, counted in the handle. */
+int rs__acquire_object(rs_call_t *k, const struct timespec *abstime, rs_hold_t **out);
 void rs__call_extra(rs_call_t *k, const char *arg);
 /* keys, [op], token, acqid, lease, channel prefix, mode, max waiters, queue lease, extras */
 void rs__call_argv(const rs_call_t *k, const char *op, const char *mode, rs_argv_t *v);

@@ -74,6 +74,22 @@ RS_API int rs_mutex_unlock(rs_mutex_t *m)
     return rc;
 }
 
+RS_API int rs_mutex_acquire(rs_mutex_t *m, const struct timespec *abstime, rs_hold_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!out)
+        return rs__fail(m ? m->h.c : NULL, EINVAL, "hold pointer is NULL");
+    int rc = rs__handle_begin(m ? &m->h : NULL, "mutex", NULL, NULL);
+    if (rc)
+        return rc;
+    rs_call_t k;
+    rs__call_init_object(&k, &m->h);
+    rc = rs__acquire_object(&k, abstime, out);
+    rs__leave(m->h.c);
+    return rc;
+}
+
 RS_API uint64_t rs_mutex_fence(const rs_mutex_t *m)
 {
     return m ? rs__handle_fence(&m->h) : 0;

@@ -224,6 +224,39 @@ RS_API int rs_rwlock_unlock(rs_rwlock_t *rw)
     return rc;
 }
 
+/* A hold object of one mode: its own owner, so no re-entry and no upgrade to refuse. */
+static int acquire_object(rs_rwlock_t *rw, int write, const struct timespec *abstime,
+                          rs_hold_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!out)
+        return rs__fail(rw ? rw->h.c : NULL, EINVAL, "hold pointer is NULL");
+    int rc = rs__handle_begin(rw ? &rw->h : NULL, "rwlock", NULL, NULL);
+    if (rc)
+        return rc;
+    rs_call_t k;
+    rs__call_init_object(&k, &rw->h);
+    rs__call_extra(&k, mode_arg(write));
+    rc = rs__acquire_object(&k, abstime, out);
+    if (rc == 0 && !write)
+        (*out)->fence = 0; /* a read hold has no token of its own (rs_rwlock_fence) */
+    rs__leave(rw->h.c);
+    return rc;
+}
+
+RS_API int rs_rwlock_acquire_read(rs_rwlock_t *rw, const struct timespec *abstime,
+                                  rs_hold_t **out)
+{
+    return acquire_object(rw, 0, abstime, out);
+}
+
+RS_API int rs_rwlock_acquire_write(rs_rwlock_t *rw, const struct timespec *abstime,
+                                   rs_hold_t **out)
+{
+    return acquire_object(rw, 1, abstime, out);
+}
+
 RS_API uint64_t rs_rwlock_fence(const rs_rwlock_t *rw)
 {
     rw_hold_t *x = rw ? find(rw, 1) : NULL;

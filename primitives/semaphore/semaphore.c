@@ -38,14 +38,19 @@ const rs_kind_t rs_kind_sem = {"sem", &rs_script_semaphore, sem_keys, SEM_NKEYS}
 
 /* A call through s by the calling thread: ARGV[9] = arg (permits wanted, permits kept or new
  * size, by op), ARGV[10] = the handle's initial size. acqid NULL: a fresh id. */
-static void sem_call(rs_call_t *k, rs_sem_t *s, const char *acqid, unsigned arg)
+static void sem_extras(rs_call_t *k, rs_sem_t *s, unsigned arg)
 {
     char buf[24];
-    rs__call_init(k, &s->h, acqid);
     snprintf(buf, sizeof buf, "%u", arg);
     rs__call_extra(k, buf);
     snprintf(buf, sizeof buf, "%u", s->initial);
     rs__call_extra(k, buf);
+}
+
+static void sem_call(rs_call_t *k, rs_sem_t *s, const char *acqid, unsigned arg)
+{
+    rs__call_init(k, &s->h, acqid);
+    sem_extras(k, s, arg);
 }
 
 /* The script's RSNOENT and RSINVAL arrive as ENOENT and EINVAL (lib/script.c); say which
@@ -138,6 +143,34 @@ static int waited(rs_sem_t *s, unsigned n, int try_only, const struct timespec *
     } else {
         rc = map_script_error(s, rc);
     }
+    rs__leave(c);
+    return rc;
+}
+
+RS_API int rs_sem_acquire(rs_sem_t *s, unsigned n, const struct timespec *abstime,
+                          rs_hold_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (!s || !out)
+        return rs__fail(s ? s->h.c : NULL, EINVAL, s ? "hold pointer is NULL"
+                                                     : "semaphore is NULL");
+    rs_client_t *c = s->h.c;
+    if (n == 0 || n > INT_MAX)
+        return rs__fail(c, EINVAL, "permits wanted must be 1 to %d, got %u", INT_MAX, n);
+    int rc = rs__enter(c);
+    if (rc)
+        return rc;
+    rs_call_t k;
+    rs__call_init_object(&k, &s->h);
+    sem_extras(&k, s, n);
+    rc = rs__acquire_object(&k, abstime, out);
+    if (rc == 0)
+        (*out)->count = n;
+    else if (rc == EBUSY)
+        rc = rs__fail(c, EAGAIN, "no permit of semaphore \"%.*s\" is free", RS_HNAME(&s->h));
+    else
+        rc = map_script_error(s, rc);
     rs__leave(c);
     return rc;
 }
