@@ -2,7 +2,7 @@
 #
 #   make              build/libredisync.a, build/libredisync.so.X.Y.Z with its links
 #                     build/libredisync.so.X and build/libredisync.so, the command
-#                     build/redisync (tools/redisync.c), and build/redisync-demo when
+#                     build/redisync (tools/cli/), and build/redisync-demo when
 #                     tools/demo.c exists
 #   make deps         scripts/deps.sh: as root installs missing Debian packages, else checks
 #   make test         deps, then the Criterion suite (tests/*.c) linked with the static library;
@@ -79,7 +79,7 @@ TEST_SRCS    := $(sort $(wildcard tests/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 BENCH_SRCS   := $(sort $(wildcard bench/*.c))
 DEMO_SRCS    := $(wildcard tools/demo.c)
-CLI_SRCS     := $(wildcard tools/redisync.c)
+CLI_SRCS     := $(sort $(wildcard tools/cli/*.c))
 EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
 
 LIB_OBJS     := $(LIB_SRCS:%.c=$(OBJ)/%.o) $(OBJ)/gen/scripts.o
@@ -261,10 +261,10 @@ $(OBJ)/tools/%.o: tools/%.c | $(GEN)/scripts.h
 	@mkdir -p $(@D)
 	$(COMPILE_PROG) -c $< -o $@
 
-# (an explicit rule: it wins over the pattern above)
-$(OBJ)/tools/redisync.o: tools/redisync.c
+# the command (tools/cli/): the public header alone (a more specific pattern: it wins)
+$(OBJ)/tools/cli/%.o: tools/cli/%.c
 	@mkdir -p $(@D)
-	$(COMPILE_PUBLIC) -c $< -o $@
+	$(COMPILE_PUBLIC) -Itools/cli -c $< -o $@
 
 $(OBJ)/examples/%.o: examples/%.c
 	@mkdir -p $(@D)

@@ -1,5 +1,5 @@
 /*
- * test_cli.c - the redisync command (tools/redisync.c), run as a program against a real
+ * test_cli.c - the redisync command (tools/cli/), run as a program against a real
  * redis-server: exit statuses, exclusion between runs, -w/-E, semaphores, latches, signals,
  * the environment of COMMAND, lost holds, usage errors, unreachable Redis, info/list/release.
  *

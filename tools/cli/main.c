@@ -1,0 +1,321 @@
+/*
+ * main.c - the redisync command line: global options, then a subcommand with its own
+ * options, handed to hold.c (lock, rdlock, wrlock, sem) or ops.c (latch, info, list,
+ * release). docs/redisync.1 is the user's side.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+extern char **environ;
+
+/* ========================================================================================
+ * Command line
+ * ====================================================================================== */
+
+enum {
+    OPT_VERSION = 1000,
+    OPT_KILL_ON_LOST,
+    OPT_PREFIX,
+    OPT_ARM,
+    OPT_DOWN,
+    OPT_WAITLATCH,
+    OPT_COUNT,
+    OPT_FORCE,
+};
+
+static const struct option global_long[] = {
+    {"url", required_argument, NULL, 'u'},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+static const struct option hold_long[] = {
+    {"url", required_argument, NULL, 'u'},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {"wait", required_argument, NULL, 'w'},
+    {"timeout", required_argument, NULL, 'w'},
+    {"lease", required_argument, NULL, 'l'},
+    {"conflict-exit-code", required_argument, NULL, 'E'},
+    {"kill-on-lost", no_argument, NULL, OPT_KILL_ON_LOST},
+    {"permits", required_argument, NULL, 'n'},
+    {NULL, 0, NULL, 0},
+};
+
+static const struct option other_long[] = {
+    {"url", required_argument, NULL, 'u'},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {"wait", no_argument, NULL, OPT_WAITLATCH}, /* latch --wait; -w SECONDS is the timeout */
+    {"timeout", required_argument, NULL, 'w'},
+    {"conflict-exit-code", required_argument, NULL, 'E'},
+    {"arm", required_argument, NULL, OPT_ARM},
+    {"down", no_argument, NULL, OPT_DOWN},
+    {"count", no_argument, NULL, OPT_COUNT},
+    {"kind", required_argument, NULL, 'k'},
+    {"force", no_argument, NULL, OPT_FORCE},
+    {NULL, 0, NULL, 0},
+};
+
+/* Handles an option common to every subcommand; 1 if it was one, -1 on error (printed). */
+static int common_opt(int ch, opts_t *o)
+{
+    switch (ch) {
+    case 'u':
+        o->url = optarg;
+        return 1;
+    case OPT_PREFIX:
+        o->prefix = optarg;
+        return 1;
+    case 'v':
+        o->verbose = 1;
+        return 1;
+    case 'h':
+        print_help(stdout);
+        exit(fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE);
+    }
+    return 0;
+}
+
+/* getopt_long returned '?' or ':' (opterr is 0: the messages are ours). */
+static int bad_option(const char *sub, char **argv, int ch)
+{
+    const char *sep = sub ? ": " : "";
+    sub = sub ? sub : "";
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    if (ch == ':')
+        return usage_error("%s%soption '%s' requires an argument", sub, sep, arg);
+    if (optopt && optopt < 256)
+        return usage_error("%s%sinvalid option -- '%c'", sub, sep, optopt);
+    return usage_error("%s%sunrecognized option '%s'", sub, sep, arg);
+}
+
+static int check_name(const char *name)
+{
+    if (!*name)
+        return usage_error("NAME must not be empty");
+    if (strlen(name) > RS_NAME_MAX)
+        return usage_error("NAME is longer than %d bytes", RS_NAME_MAX);
+    return 0;
+}
+
+static int main_holding(const char *sub, int argc, char **argv, opts_t *o)
+{
+    hkind_t kind = strcmp(sub, "lock") == 0     ? H_MUTEX
+                 : strcmp(sub, "rdlock") == 0   ? H_READ
+                 : strcmp(sub, "wrlock") == 0   ? H_WRITE
+                                                : H_SEM;
+    int ch;
+    optind = 0; /* glibc: full re-initialisation; argv[0] is the subcommand */
+    while ((ch = getopt_long(argc, argv, "+:u:vhw:l:E:n:", hold_long, NULL)) != -1) {
+        int r = common_opt(ch, o);
+        if (r)
+            continue;
+        unsigned long v;
+        switch (ch) {
+        case 'w':
+            if (parse_seconds(optarg, &o->wait_s) != 0)
+                return usage_error("-w: not a number of seconds: '%s'", optarg);
+            o->have_wait = 1;
+            break;
+        case 'l':
+            if (parse_seconds(optarg, &o->lease_s) != 0 || o->lease_s < 0.03 ||
+                o->lease_s > 86400)
+                return usage_error("-l: the lease must be 0.03 to 86400 seconds: '%s'", optarg);
+            o->have_lease = 1;
+            break;
+        case 'E':
+            if (parse_uint(optarg, 255, &v) != 0)
+                return usage_error("-E: not an exit status (0-255): '%s'", optarg);
+            o->conflict_code = (int)v;
+            break;
+        case OPT_KILL_ON_LOST:
+            o->kill_on_lost = 1;
+            break;
+        case 'n':
+            if (kind != H_SEM)
+                return usage_error("%s: -n is only for sem", sub);
+            if (parse_uint(optarg, UINT_MAX, &v) != 0 || v == 0)
+                return usage_error("-n: not a number of permits (1 or more): '%s'", optarg);
+            o->permits = v;
+            o->have_permits = 1;
+            break;
+        default:
+            return bad_option(sub, argv, ch);
+        }
+    }
+    if (kind == H_SEM && !o->have_permits)
+        return usage_error("sem: -n PERMITS is required");
+    if (optind >= argc)
+        return usage_error("%s: NAME is missing", sub);
+    const char *name = argv[optind++];
+    if (check_name(name))
+        return EXIT_USAGE;
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
+        optind++;
+    if (optind >= argc)
+        return usage_error("%s: COMMAND is missing (%s NAME -- COMMAND [ARG...])", sub, sub);
+    return run_holding(kind, o, name, argv + optind);
+}
+
+static int main_other(const char *sub, int argc, char **argv, opts_t *o)
+{
+    int is_latch = strcmp(sub, "latch") == 0;
+    int is_info = strcmp(sub, "info") == 0;
+    int is_list = strcmp(sub, "list") == 0;
+    int action = 0;
+    unsigned long arm_n = 0;
+    int ch;
+    optind = 0;
+    while ((ch = getopt_long(argc, argv, ":u:vhw:E:k:", other_long, NULL)) != -1) {
+        int r = common_opt(ch, o);
+        if (r)
+            continue;
+        unsigned long v;
+        int new_action = 0;
+        switch (ch) {
+        case 'w':
+            if (!is_latch)
+                return usage_error("%s: -w is not an option here", sub);
+            if (parse_seconds(optarg, &o->wait_s) != 0)
+                return usage_error("-w: not a number of seconds: '%s'", optarg);
+            o->have_wait = 1;
+            break;
+        case 'E':
+            if (!is_latch)
+                return usage_error("%s: -E is not an option here", sub);
+            if (parse_uint(optarg, 255, &v) != 0)
+                return usage_error("-E: not an exit status (0-255): '%s'", optarg);
+            o->conflict_code = (int)v;
+            break;
+        case 'k':
+            if (is_latch || is_list)
+                return usage_error("%s: -k is not an option here", sub);
+            if (!known_kind(optarg))
+                return usage_error("-k: unknown kind '%s' (mutex, rmutex, rwlock, sem, latch)",
+                                   optarg);
+            o->kind = optarg;
+            break;
+        case OPT_FORCE:
+            if (strcmp(sub, "release") != 0)
+                return usage_error("%s: --force is not an option here", sub);
+            o->force = 1;
+            break;
+        case OPT_ARM:
+            if (parse_uint(optarg, UINT_MAX, &v) != 0 || v == 0)
+                return usage_error("--arm: not a count (1 or more): '%s'", optarg);
+            arm_n = v;
+            new_action = 'a';
+            break;
+        case OPT_DOWN:
+            new_action = 'd';
+            break;
+        case OPT_WAITLATCH:
+            new_action = 'W';
+            break;
+        case OPT_COUNT:
+            new_action = 'c';
+            break;
+        default:
+            return bad_option(sub, argv, ch);
+        }
+        if (new_action) {
+            if (!is_latch)
+                return usage_error("%s: that option is for latch", sub);
+            if (action && action != new_action)
+                return usage_error("latch: give one of --arm, --down, --wait, --count");
+            action = new_action;
+        }
+    }
+    int nargs = argc - optind;
+    if (is_list) {
+        if (nargs > 1)
+            return usage_error("list: at most one PATTERN");
+        return run_list(o, nargs ? argv[optind] : NULL);
+    }
+    if (nargs < 1)
+        return usage_error("%s: NAME is missing", sub);
+    if (nargs > 1)
+        return usage_error("%s: unexpected argument '%s'", sub, argv[optind + 1]);
+    const char *name = argv[optind];
+    if (check_name(name))
+        return EXIT_USAGE;
+    if (is_latch) {
+        if (!action)
+            return usage_error("latch: give one of --arm N, --down, --wait, --count");
+        if (o->have_wait && action != 'W')
+            return usage_error("latch: -w goes with --wait");
+        return run_latch(o, name, action, arm_n);
+    }
+    if (is_info)
+        return run_info(o, name);
+    /* release */
+    if (!o->force)
+        return usage_error("release: --force is required (it breaks the holders' exclusion)");
+    if (!o->kind)
+        return usage_error("release: -k KIND is required");
+    if (strcmp(o->kind, "latch") == 0)
+        return usage_error("release: a latch has no holds (use latch NAME --arm N or --down)");
+    return run_release(o, name);
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    memset(&o, 0, sizeof o);
+    o.conflict_code = EXIT_CONFLICT;
+
+    int ch;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "+:u:vh", global_long, NULL)) != -1) {
+        if (common_opt(ch, &o))
+            continue;
+        if (ch == OPT_VERSION) {
+            printf("redisync %s (libredisync %s)\n", RS_VERSION_STRING, rs_version());
+            return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
+        }
+        return bad_option(NULL, argv, ch);
+    }
+    if (optind >= argc)
+        return usage_error("a subcommand is missing (lock, rdlock, wrlock, sem, latch, info, "
+                           "list, release)");
+    const char *sub = argv[optind];
+    int sargc = argc - optind;
+    char **sargv = argv + optind;
+    if (!strcmp(sub, "lock") || !strcmp(sub, "rdlock") || !strcmp(sub, "wrlock") ||
+        !strcmp(sub, "sem"))
+        return main_holding(sub, sargc, sargv, &o);
+    if (!strcmp(sub, "latch") || !strcmp(sub, "info") || !strcmp(sub, "list") ||
+        !strcmp(sub, "release"))
+        return main_other(sub, sargc, sargv, &o);
+    if (!strcmp(sub, "help")) {
+        print_help(stdout);
+        return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
+    }
+    return usage_error("unknown subcommand '%s'", sub);
+}
+
