@@ -41,6 +41,8 @@ typedef struct opts {
     double lease_s;
     int conflict_code;
     int kill_on_lost;
+    double kill_after_s;    /* --kill-on-lost: SIGKILL this long after the SIGTERM */
+    const char *cmdline;    /* -c CMDLINE: run with sh -c */
     int have_permits;
     unsigned long permits;
     /* others */

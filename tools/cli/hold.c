@@ -173,6 +173,10 @@ static struct {
     int closing, closed;  /* the signal thread is closing / has closed the client */
     int kill_on_lost;
     int killed;           /* --kill-on-lost has sent its SIGTERM */
+    long long kill_at_ms; /* ... and sends SIGKILL then (monotonic ms), 0: none due */
+    long kill_after_ms;   /* --kill-after */
+    int hold_only;        /* no COMMAND: hold until SIGINT/SIGTERM */
+    int stop_sig;         /* ... the signal that ended it */
     atomic_int lost;      /* the on_lost callback was called */
     atomic_int lost_said; /* the loss has been reported on stderr */
     const char *desc;     /* e.g. "mutex" */
@@ -181,6 +185,24 @@ static struct {
     int lostpipe[2];
 } st = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .sigfd = -1,
         .lostpipe = {-1, -1}};
+
+static long long mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* --kill-on-lost: SIGTERM now, SIGKILL after --kill-after if COMMAND is still there.
+ * st.mu held. */
+static void kill_command_locked(pid_t pid)
+{
+    st.killed = 1;
+    msg("sending SIGTERM to COMMAND (pid %ld) (--kill-on-lost), SIGKILL in %g s if it is "
+        "still running", (long)pid, st.kill_after_ms / 1000.0);
+    kill(pid, SIGTERM);
+    st.kill_at_ms = mono_ms() + st.kill_after_ms;
+}
 
 static const int handled_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 #define NHANDLED (sizeof handled_signals / sizeof handled_signals[0])
@@ -213,7 +235,17 @@ static void *signal_thread(void *arg)
     struct pollfd pf[2] = {{.fd = st.sigfd, .events = POLLIN},
                            {.fd = st.lostpipe[0], .events = POLLIN}};
     for (;;) {
-        if (poll(pf, 2, -1) < 0) {
+        pthread_mutex_lock(&st.mu);
+        long long due = st.kill_at_ms;
+        if (due && st.phase == P_RUNNING && st.child > 0 && mono_ms() >= due) {
+            msg("sending SIGKILL to COMMAND (pid %ld): still running %g s after SIGTERM",
+                (long)st.child, st.kill_after_ms / 1000.0);
+            kill(st.child, SIGKILL);
+            st.kill_at_ms = due = 0;
+        }
+        pthread_mutex_unlock(&st.mu);
+        long long left = due ? due - mono_ms() : -1;
+        if (poll(pf, 2, due ? (int)(left > 0 ? left : 0) : -1) < 0) {
             if (errno == EINTR)
                 continue;
             return NULL;
@@ -224,12 +256,10 @@ static void *signal_thread(void *arg)
             }
             pthread_mutex_lock(&st.mu);
             if (st.phase == P_RUNNING) {
-                say_lost("while COMMAND ran");
-                if (st.kill_on_lost && st.child > 0 && !st.killed) {
-                    st.killed = 1;
-                    msg("sending SIGTERM to COMMAND (pid %ld) (--kill-on-lost)", (long)st.child);
-                    kill(st.child, SIGTERM);
-                }
+                say_lost(st.hold_only ? "while it was held" : "while COMMAND ran");
+                if (st.kill_on_lost && st.child > 0 && !st.killed)
+                    kill_command_locked(st.child);
+                pthread_cond_broadcast(&st.cv); /* a hold without COMMAND ends here */
             }
             /* other phases: main() looks at st.lost itself */
             pthread_mutex_unlock(&st.mu);
@@ -242,7 +272,12 @@ static void *signal_thread(void *arg)
             int sig = (int)si.ssi_signo;
             rs_client_t *to_close = NULL;
             pthread_mutex_lock(&st.mu);
-            if (st.phase == P_RUNNING) {
+            if (st.phase == P_RUNNING && st.hold_only) {
+                if (sig != SIGUSR1 && sig != SIGUSR2 && !st.stop_sig) {
+                    st.stop_sig = sig; /* release and exit */
+                    pthread_cond_broadcast(&st.cv);
+                }
+            } else if (st.phase == P_RUNNING) {
                 if (si.ssi_code != SI_KERNEL && st.child > 0)
                     kill(st.child, sig);
             } else if (st.phase == P_INIT || st.phase == P_WAITING) {
@@ -412,12 +447,50 @@ static pid_t start_command(char **argv, char **env, int *exec_status)
     return pid;
 }
 
+/* sem -n sizes a new semaphore only: say so when the one there has another size */
+static void say_size(rs_client_t *c, const char *name, unsigned long permits)
+{
+    rs_info_t in;
+    memset(&in, 0, sizeof in);
+    if (rs_inspect(c, "sem", name, &in) == 0 && in.exists && in.size > 0 &&
+        (unsigned long)in.size != permits)
+        msg("semaphore \"%s\" has %ld permits, not %lu: -n sizes a new semaphore only, the "
+            "existing size stands", name, in.size, permits);
+}
+
+/* No COMMAND (as etcdctl lock NAME): print the fencing token, hold until SIGINT, SIGTERM,
+ * SIGHUP or SIGQUIT (then release: 0) or until the hold is lost (75). */
+static int hold_until_signal(hold_t *h, rs_client_t *c, const char *name)
+{
+    printf("%" PRIu64 "\n", hold_fence(h));
+    fflush(stdout);
+    pthread_mutex_lock(&st.mu);
+    st.phase = P_RUNNING;
+    while (!st.stop_sig && !atomic_load(&st.lost))
+        pthread_cond_wait(&st.cv, &st.mu);
+    st.phase = P_DONE;
+    pthread_mutex_unlock(&st.mu);
+    int rc = hold_release(h), status = 0;
+    if (rc == RS_ELOST || atomic_load(&st.lost)) {
+        say_lost("while it was held");
+        status = EXIT_LOST;
+    } else if (rc) {
+        status = call_failed(c, rc, "releasing");
+    }
+    (void)name;
+    hold_destroy(h);
+    rs_client_close(c);
+    return status;
+}
+
 int run_holding(hkind_t kind, const opts_t *o, const char *name, char **command)
 {
     hold_t h = {.kind = kind, .name = name};
     st.desc = hold_desc(kind);
     st.name = name;
     st.kill_on_lost = o->kill_on_lost;
+    st.kill_after_ms = o->kill_after_s > 0 ? (long)(o->kill_after_s * 1000) : 10000;
+    st.hold_only = command == NULL;
     if (signals_setup() != 0)
         return EXIT_SOFTWARE;
 
@@ -440,6 +513,8 @@ int run_holding(hkind_t kind, const opts_t *o, const char *name, char **command)
         rs_client_close(c);
         return status;
     }
+    if (kind == H_SEM)
+        say_size(c, name, o->permits);
 
     int mode = !o->have_wait ? 0 : o->wait_s == 0 ? 1 : 2;
     struct timespec abstime = {0, 0};
@@ -453,7 +528,11 @@ int run_holding(hkind_t kind, const opts_t *o, const char *name, char **command)
         st.client = c;
     }
     pthread_mutex_unlock(&st.mu);
+    long long t0 = mono_ms();
     rc = sig ? ECANCELED : hold_acquire(&h, mode, &abstime);
+    if (o->verbose && rc == 0)
+        msg("getting %s \"%s\" took %.3f seconds", hold_desc(kind), name,
+            (mono_ms() - t0) / 1000.0);
 
     if ((status = check_interrupted(&c)) != 0) {
         /* the client (closed by the signal thread, or now) releases whatever was granted */
@@ -478,7 +557,12 @@ int run_holding(hkind_t kind, const opts_t *o, const char *name, char **command)
         return status;
     }
 
+    if (!command)
+        return hold_until_signal(&h, c, name);
+
     /* held: run COMMAND */
+    if (o->verbose)
+        msg("executing %s", command[0]);
     char **env = command_env(name, hold_fence(&h));
     pid_t pid = -1;
     int exec_status = EXIT_SOFTWARE;
@@ -495,11 +579,8 @@ int run_holding(hkind_t kind, const opts_t *o, const char *name, char **command)
         if (pid > 0 && atomic_load(&st.lost)) {
             /* lost between the grant and now: the signal thread did not see P_RUNNING */
             say_lost("while COMMAND ran");
-            if (o->kill_on_lost) {
-                st.killed = 1;
-                msg("sending SIGTERM to COMMAND (pid %ld) (--kill-on-lost)", (long)pid);
-                kill(pid, SIGTERM);
-            }
+            if (o->kill_on_lost)
+                kill_command_locked(pid);
         }
     }
     pthread_mutex_unlock(&st.mu);

@@ -34,6 +34,9 @@ extern char **environ;
 enum {
     OPT_VERSION = 1000,
     OPT_KILL_ON_LOST,
+    OPT_KILL_AFTER,
+    OPT_NONBLOCK,
+    OPT_UNLOCK,
     OPT_PREFIX,
     OPT_ARM,
     OPT_DOWN,
@@ -61,7 +64,17 @@ static const struct option hold_long[] = {
     {"lease", required_argument, NULL, 'l'},
     {"conflict-exit-code", required_argument, NULL, 'E'},
     {"kill-on-lost", no_argument, NULL, OPT_KILL_ON_LOST},
+    {"kill-after", required_argument, NULL, OPT_KILL_AFTER},
     {"permits", required_argument, NULL, 'n'},
+    {"nonblock", no_argument, NULL, OPT_NONBLOCK},
+    {"nb", no_argument, NULL, OPT_NONBLOCK},
+    {"command", required_argument, NULL, 'c'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"shared", no_argument, NULL, 's'},
+    {"exclusive", no_argument, NULL, 'x'},
+    {"close", no_argument, NULL, 'o'},
+    {"unlock", no_argument, NULL, OPT_UNLOCK},
+    {"no-fork", no_argument, NULL, 'F'},
     {NULL, 0, NULL, 0},
 };
 
@@ -97,6 +110,10 @@ static int common_opt(int ch, opts_t *o)
     case 'h':
         print_help(stdout);
         exit(fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE);
+    case 'V':
+    case OPT_VERSION:
+        printf("redisync %s (libredisync %s)\n", RS_VERSION_STRING, rs_version());
+        exit(fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE);
     }
     return 0;
 }
@@ -123,23 +140,66 @@ static int check_name(const char *name)
     return 0;
 }
 
+/* flock(1)'s options that have no counterpart here, refused with the reason */
+static int flock_refused(const char *sub, int ch)
+{
+    switch (ch) {
+    case 's':
+        return usage_error("%s: -s/--shared is flock's shared lock: use 'redisync rdlock NAME "
+                           "-- COMMAND' (readers share, a writer excludes them)", sub);
+    case 'x':
+    case 'e':
+        return usage_error("%s: -%c/--exclusive is flock's exclusive lock: 'lock' is exclusive "
+                           "already; for a read-write lock's exclusive side use 'redisync "
+                           "wrlock'", sub, ch);
+    case 'o':
+        return usage_error("%s: -o/--close has no counterpart: the hold is no open file that "
+                           "COMMAND could inherit; it lives in Redis and is renewed by this "
+                           "process while COMMAND runs", sub);
+    case OPT_UNLOCK:
+        return usage_error("%s: --unlock has no counterpart: a hold is released when COMMAND "
+                           "exits, or, held without a COMMAND, on SIGINT or SIGTERM (and -u "
+                           "is the URL here)", sub);
+    case 'F':
+        return usage_error("%s: -F/--no-fork has no counterpart: this process must stay to "
+                           "renew the hold while COMMAND runs", sub);
+    }
+    return 0;
+}
+
+static int all_digits(const char *s)
+{
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return 0;
+    return 1;
+}
+
 static int main_holding(const char *sub, int argc, char **argv, opts_t *o)
 {
     hkind_t kind = strcmp(sub, "lock") == 0     ? H_MUTEX
                  : strcmp(sub, "rdlock") == 0   ? H_READ
                  : strcmp(sub, "wrlock") == 0   ? H_WRITE
                                                 : H_SEM;
+    /* -n is flock's --nonblock, except on sem, where it is the count (--nonblock there) */
+    const char *shorts = kind == H_SEM ? "+:u:vhVw:l:E:n:c:sxeoF" : "+:u:vhVw:l:E:nc:sxeoF";
     int ch;
     optind = 0; /* glibc: full re-initialisation; argv[0] is the subcommand */
-    while ((ch = getopt_long(argc, argv, "+:u:vhw:l:E:n:", hold_long, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, shorts, hold_long, NULL)) != -1) {
         int r = common_opt(ch, o);
         if (r)
             continue;
+        if ((r = flock_refused(sub, ch)) != 0)
+            return r;
         unsigned long v;
         switch (ch) {
         case 'w':
             if (parse_seconds(optarg, &o->wait_s) != 0)
                 return usage_error("-w: not a number of seconds: '%s'", optarg);
+            o->have_wait = 1;
+            break;
+        case OPT_NONBLOCK:
+            o->wait_s = 0;
             o->have_wait = 1;
             break;
         case 'l':
@@ -156,9 +216,19 @@ static int main_holding(const char *sub, int argc, char **argv, opts_t *o)
         case OPT_KILL_ON_LOST:
             o->kill_on_lost = 1;
             break;
+        case OPT_KILL_AFTER:
+            if (parse_seconds(optarg, &o->kill_after_s) != 0)
+                return usage_error("--kill-after: not a number of seconds: '%s'", optarg);
+            break;
+        case 'c':
+            o->cmdline = optarg;
+            break;
         case 'n':
-            if (kind != H_SEM)
-                return usage_error("%s: -n is only for sem", sub);
+            if (kind != H_SEM) { /* flock's -n */
+                o->wait_s = 0;
+                o->have_wait = 1;
+                break;
+            }
             if (parse_uint(optarg, UINT_MAX, &v) != 0 || v == 0)
                 return usage_error("-n: not a number of permits (1 or more): '%s'", optarg);
             o->permits = v;
@@ -175,11 +245,41 @@ static int main_holding(const char *sub, int argc, char **argv, opts_t *o)
     const char *name = argv[optind++];
     if (check_name(name))
         return EXIT_USAGE;
-    if (optind < argc && strcmp(argv[optind], "--") == 0)
+    /* flock's forms: NAME -c CMDLINE, NAME -- COMMAND, NAME COMMAND */
+    if (optind < argc && (!strcmp(argv[optind], "-c") || !strcmp(argv[optind], "--command"))) {
+        if (optind + 1 >= argc)
+            return usage_error("%s: %s needs a command line", sub, argv[optind]);
+        if (optind + 2 < argc)
+            return usage_error("%s: -c takes one command line (quote it): unexpected '%s'", sub,
+                               argv[optind + 2]);
+        o->cmdline = argv[optind + 1];
+        optind = argc;
+    }
+    if (optind < argc && strcmp(argv[optind], "--") == 0) {
         optind++;
-    if (optind >= argc)
-        return usage_error("%s: COMMAND is missing (%s NAME -- COMMAND [ARG...])", sub, sub);
-    return run_holding(kind, o, name, argv + optind);
+        if (optind >= argc)
+            return usage_error("%s: COMMAND is missing after -- (%s NAME -- COMMAND [ARG...])",
+                               sub, sub);
+    }
+    if (o->cmdline && optind < argc)
+        return usage_error("%s: give -c CMDLINE or COMMAND, not both", sub);
+    if (o->cmdline) {
+        static char sh[] = "sh", dash_c[] = "-c";
+        static char *argv_sh[4];
+        argv_sh[0] = sh;
+        argv_sh[1] = dash_c;
+        argv_sh[2] = (char *)o->cmdline;
+        argv_sh[3] = NULL;
+        return run_holding(kind, o, name, argv_sh);
+    }
+    if (optind >= argc && all_digits(name))
+        return usage_error("%s: '%s' looks like flock's file-descriptor form (flock [options] "
+                           "FD), which has no counterpart: the hold is in Redis, not on a "
+                           "descriptor. Use '%s NAME -- COMMAND', or '%s NAME' alone to hold "
+                           "it until SIGINT or SIGTERM (with a name that is not all digits)",
+                           sub, name, sub, sub);
+    /* no COMMAND: hold until SIGINT/SIGTERM (as etcdctl lock NAME does) */
+    return run_holding(kind, o, name, optind < argc ? argv + optind : NULL);
 }
 
 static int main_other(const char *sub, int argc, char **argv, opts_t *o)
@@ -191,7 +291,7 @@ static int main_other(const char *sub, int argc, char **argv, opts_t *o)
     unsigned long arm_n = 0;
     int ch;
     optind = 0;
-    while ((ch = getopt_long(argc, argv, ":u:vhw:E:k:", other_long, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":u:vhVw:E:k:", other_long, NULL)) != -1) {
         int r = common_opt(ch, o);
         if (r)
             continue;
@@ -291,13 +391,9 @@ int main(int argc, char **argv)
 
     int ch;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "+:u:vh", global_long, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "+:u:vhV", global_long, NULL)) != -1) {
         if (common_opt(ch, &o))
             continue;
-        if (ch == OPT_VERSION) {
-            printf("redisync %s (libredisync %s)\n", RS_VERSION_STRING, rs_version());
-            return fflush(stdout) == 0 ? 0 : EXIT_SOFTWARE;
-        }
         return bad_option(NULL, argv, ch);
     }
     if (optind >= argc)
