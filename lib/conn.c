@@ -29,19 +29,6 @@
 
 #define RS_POOL_IDLE_MAX 8
 
-int rs__send_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return RS_ECONN;
-        buf += n, len -= (size_t)n;
-    }
-    return 0;
-}
-
 int rs__ctx_flush(redisContext *ctx)
 {
     if (ctx->err)
@@ -49,12 +36,8 @@ int rs__ctx_flush(redisContext *ctx)
     size_t len = sdslen(ctx->obuf);
     if (len == 0)
         return 0;
-    if (rs__send_all(ctx->fd, ctx->obuf, len)) {
-        /* marks the context failed, as hiredis' own write would: it is never reused */
-        ctx->err = REDIS_ERR_IO;
-        snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(errno ? errno : EPIPE));
-        return RS_ECONN;
-    }
+    if (rs__tp_send(ctx, ctx->obuf, len))
+        return RS_ECONN; /* the context is marked failed: it is never reused */
     sdsclear(ctx->obuf);
     return 0;
 }
@@ -79,10 +62,17 @@ int rs__ctx_read(redisContext *ctx, redisReply **out)
     *out = NULL;
     if (rs__ctx_flush(ctx))
         return RS_ECONN;
-    /* the output buffer is empty, so hiredis only reads: no write of its own, no SIGPIPE */
-    int rc = redisGetReply(ctx, &r);
+    /* hiredis only parses: the bytes come through the transport */
+    for (;;) {
+        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK)
+            return RS_ECONN;
+        if (r)
+            break;
+        if (rs__tp_fill(ctx, 0) < 0)
+            return RS_ECONN;
+    }
     *out = r;
-    return rc == REDIS_OK && r ? 0 : RS_ECONN;
+    return 0;
 }
 
 static struct timeval ms_tv(long ms)
@@ -152,6 +142,14 @@ int rs__conn_connect(rs_client_t *c, uint64_t deadline_ns, long io_timeout_ms, r
     return rs__conn_connect_to(c, -1, deadline_ns, io_timeout_ms, out);
 }
 
+/* A plain connection's first reply began with a TLS record (0x15 alert, 0x16 handshake):
+ * the port speaks TLS. */
+static int tls_answer(const redisContext *ctx)
+{
+    return !rs__tp_is_tls(ctx) && ctx->err == REDIS_ERR_PROTOCOL &&
+           (strstr(ctx->errstr, "\\x15") || strstr(ctx->errstr, "\\x16"));
+}
+
 /* One connection attempt to target (see rs__topo_target) within ct ms. 0 with *out set; -1:
  * failed in a way worth retrying (last says why); else a final error code (bad password...). */
 static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_ms,
@@ -159,6 +157,7 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
 {
     const rs_endpoint_t *ep = &c->ep;
     redisContext *ctx = NULL;
+    uint64_t deadline = rs__now_ns() + (uint64_t)ct * RS_NS_PER_MS;
     *out = NULL;
     if (ep->unix_socket)
         ctx = redisConnectUnixWithTimeout(ep->path, ms_tv(ct));
@@ -170,7 +169,7 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
         return rs__fail(c, ENOMEM, "out of memory connecting to Redis");
     if (ctx->err) {
         snprintf(last, lastlen, "%s", ctx->errstr);
-        redisFree(ctx);
+        rs__ctx_free(ctx);
         return -1;
     }
     fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
@@ -178,22 +177,46 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
         int one = 1;
         setsockopt(ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     }
+    if (c->tls) {
+        /* connect and TLS handshake within the same ct; a TLS failure is final (a retry
+         * would meet the same certificate), never a fall back to plain text */
+        const char *name = ep->tls_servername[0] ? ep->tls_servername : node->host;
+        char why[200];
+        int trc = rs__tp_tls_start(c->tls, ctx, name, node->port, deadline, why, sizeof why);
+        if (trc != 0) {
+            rs__ctx_free(ctx);
+            if (trc == -1) {
+                snprintf(last, lastlen, "%s", why);
+                return -1;
+            }
+            return rs__fail(c, trc, "TLS to %s:%d: %s", node->host, node->port, why);
+        }
+    }
     /* the handshake is bounded even for connections that later block forever (the
      * subscriber): a stalled server must not wedge a connect */
-    redisSetTimeout(ctx, ms_tv(ct));
+    rs__tp_set_timeout(ctx, ct);
     int transient = 0;
     int rc = handshake(c, ctx, ep->unix_socket ? ep->path : node->host, &transient);
+    if (rc == RS_ECONN && !ep->unix_socket && (rs__tp_fatal(ctx) || tls_answer(ctx))) {
+        /* refused by TLS after the handshake (TLS 1.3 checks the client's certificate
+         * then), or a TLS server answering plain text: final */
+        rc = rs__fail(c, RS_ECONN, "%s to %s:%d: %s", c->tls ? "TLS" : "plain connection",
+                      node->host, node->port, c->tls ? ctx->errstr
+                      : "server speaks TLS, not plain RESP (use rediss:// or tls=1)");
+        rs__ctx_free(ctx);
+        return rc;
+    }
     if (rc == 0 && !ep->unix_socket) {
         rc = rs__topo_check(c, ctx, node, last, lastlen);
         if (rc == RS_ECONN)
             transient = 1, rc = -1; /* not the master (yet): ask again */
     }
     if (rc == 0) {
-        redisSetTimeout(ctx, ms_tv(io_timeout_ms > 0 ? io_timeout_ms : 0));
+        rs__tp_set_timeout(ctx, io_timeout_ms > 0 ? io_timeout_ms : 0);
         *out = ctx;
         return 0;
     }
-    redisFree(ctx);
+    rs__ctx_free(ctx);
     if (rc != RS_ECONN && rc != -1 && !transient)
         return rc;
     if (rc != -1)
@@ -282,7 +305,7 @@ static int conn_record(rs_client_t *c, int node, unsigned gen, redisContext *ctx
 {
     rs_conn_t *k = calloc(1, sizeof *k);
     if (!k) {
-        redisFree(ctx);
+        rs__ctx_free(ctx);
         return rs__fail(c, ENOMEM, "out of memory");
     }
     k->gen = gen;
@@ -319,7 +342,7 @@ int rs__conn_get_node(rs_client_t *c, int node, uint64_t deadline_ns, rs_conn_t 
             *out = k;
             return 0;
         }
-        redisFree(k->ctx); /* opened before the master moved */
+        rs__ctx_free(k->ctx); /* opened before the master moved */
         free(k);
     }
     redisContext *ctx;
@@ -346,7 +369,7 @@ void rs__conn_put(rs_client_t *c, rs_conn_t *k, int broken)
     }
     if (k) {
         if (k->ctx)
-            redisFree(k->ctx);
+            rs__ctx_free(k->ctx);
         free(k);
     }
 }
@@ -360,7 +383,7 @@ void rs__conn_pool_free(rs_client_t *c)
     pthread_mutex_unlock(&c->pool_mu);
     while (k) {
         rs_conn_t *next = k->next;
-        redisFree(k->ctx);
+        rs__ctx_free(k->ctx);
         free(k);
         k = next;
     }

@@ -315,7 +315,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
     int confirm = c->min_replicas > 0;
     long io_ms = rs__round_begin(c, batch, res, n);
     if (*ctxp && node < 0 && c->wd.ctx_gen != rs__topo_gen(c)) {
-        redisFree(*ctxp); /* the master moved since it was opened */
+        rs__ctx_free(*ctxp); /* the master moved since it was opened */
         *ctxp = NULL;
     }
     if (!*ctxp) {
@@ -329,8 +329,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
         if (node < 0)
             c->wd.ctx_gen = gen;
     } else {
-        struct timeval tv = {io_ms / 1000, (io_ms % 1000) * 1000};
-        redisSetTimeout(*ctxp, tv);
+        rs__tp_set_timeout(*ctxp, io_ms);
     }
     for (int pass = 0; pass < 2; pass++) {
         int pending = 0;
@@ -395,7 +394,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
     }
     goto done;
 broken:
-    redisFree(*ctxp);
+    rs__ctx_free(*ctxp);
     *ctxp = NULL;
     rs__topo_changed(c); /* under Sentinel: perhaps a failover; the pool reconnects too */
     if (c->ep.mode == RS_MODE_CLUSTER)
@@ -589,12 +588,12 @@ static void *watchdog_main(void *arg)
 static void free_conns(rs_client_t *c)
 {
     if (c->wd.ctx) {
-        redisFree(c->wd.ctx);
+        rs__ctx_free(c->wd.ctx);
         c->wd.ctx = NULL;
     }
     for (int i = 0; i < RS_NODES_MAX; i++)
         if (c->wd.cctx[i]) {
-            redisFree(c->wd.cctx[i]);
+            rs__ctx_free(c->wd.cctx[i]);
             c->wd.cctx[i] = NULL;
         }
 }
