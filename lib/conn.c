@@ -9,11 +9,14 @@
  * - A small pool of idle connections per client: callers check one out for one command and
  *   give it back, so no library lock is held across a round trip and a context belongs to one
  *   thread at a time (hiredis contexts are not thread-safe).
- * - SIGPIPE: hiredis writes with write(); a write to a socket the server closed would kill
- *   a host program that does not ignore SIGPIPE. So the library never lets hiredis write:
- *   commands are appended to the context's buffer and sent here with send(MSG_NOSIGNAL)
- *   (rs__ctx_flush), and hiredis is left only the reading. No signal mask is touched, so
- *   the good path costs no system call beyond the send and the read.
+ * - Bytes: hiredis only formats and parses. Commands are appended to the context's buffer
+ *   and sent by rs__ctx_flush, replies are read by rs__ctx_read, both through transport.c
+ *   (a plain socket with send(MSG_NOSIGNAL), or a TLS session whose writes never raise
+ *   SIGPIPE either). No signal mask is touched, so the plain good path costs no system call
+ *   beyond the send and the read.
+ * - TLS (c->tls): the handshake follows the TCP connect within the same budget; a TLS
+ *   failure (verification, a plain server, a refused client certificate) is final, never
+ *   retried and never answered by a plain-text connection.
  */
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -216,11 +219,16 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
         *out = ctx;
         return 0;
     }
+    /* a TLS-only port resets a plain client at its first command; a plain Redis never does */
+    int reset = rc == RS_ECONN && !c->tls && ctx->err == REDIS_ERR_IO && !ep->unix_socket &&
+                strstr(ctx->errstr, "reset");
     rs__ctx_free(ctx);
     if (rc != RS_ECONN && rc != -1 && !transient)
         return rc;
     if (rc != -1)
-        snprintf(last, lastlen, "%s", rc == RS_ECONN ? "connection dropped" : "server loading");
+        snprintf(last, lastlen, "%s", reset ? "the server reset the connection at the first "
+                 "command (a TLS-only port does: use rediss:// or tls=1)"
+                 : rc == RS_ECONN ? "connection dropped" : "server loading");
     return -1;
 }
 

@@ -266,6 +266,12 @@ int rs__tls_new(const rs_endpoint_t *ep, rs_tls_t **out, char *err, size_t errle
             goto fail;
         }
         if (SSL_CTX_use_PrivateKey_file(t->ctx, ep->tls_key, SSL_FILETYPE_PEM) != 1) {
+            if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH) {
+                ERR_clear_error();
+                snprintf(err, errlen, "tls_key %s does not match the certificate in tls_cert "
+                         "%s", ep->tls_key, ep->tls_cert);
+                goto fail;
+            }
             snprintf(err, errlen, "tls_key %s: no private key could be read from it (an "
                      "encrypted key is not supported): %s", ep->tls_key, ssl_reason("not PEM"));
             goto fail;

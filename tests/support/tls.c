@@ -1,0 +1,110 @@
+/* Test support: certificates made at test time and redis-servers that speak TLS.
+ * See tls.h. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "tls.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static int run(const char *dir, const char *cmd)
+{
+    char full[2048];
+    snprintf(full, sizeof full, "cd '%s' && %s >>openssl.log 2>&1", dir, cmd);
+    int st = system(full);
+    if (st != 0) {
+        fprintf(stderr, "tt_certs_make: failed: %s (see %s/openssl.log)\n", cmd, dir);
+        return -1;
+    }
+    return 0;
+}
+
+static int write_file(const char *dir, const char *name, const char *text)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0) {
+        fprintf(stderr, "tt_certs_make: cannot write %s\n", path);
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+#define NEWKEY "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+
+int tt_certs_make(tt_certs_t *t)
+{
+    memset(t, 0, sizeof *t);
+    const char *base = getenv("TMPDIR");
+    snprintf(t->dir, sizeof t->dir, "%s/rs-tls.XXXXXX",
+             base && base[0] == '/' && strlen(base) < 160 ? base : "/tmp");
+    if (!mkdtemp(t->dir)) {
+        perror("tt_certs_make: mkdtemp");
+        t->dir[0] = '\0';
+        return -1;
+    }
+    if (write_file(t->dir, "server.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n") ||
+        write_file(t->dir, "client.ext", "extendedKeyUsage=clientAuth\n")) {
+        tt_certs_free(t);
+        return -1;
+    }
+    static const char *const cmds[] = {
+        "openssl req -x509 " NEWKEY " -keyout ca.key -out ca.pem -days 2 -subj /CN=rs-test-ca",
+        "openssl req -x509 " NEWKEY " -keyout other-ca.key -out other-ca.pem -days 2 "
+        "-subj /CN=rs-other-ca",
+        "openssl req " NEWKEY " -keyout server.key -out server.csr -subj /CN=localhost",
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out server.pem -days 2 -extfile server.ext",
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out expired.pem -days -1 -extfile server.ext",
+        "openssl req " NEWKEY " -keyout client.key -out client.csr -subj /CN=rs-client",
+        "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+        "-out client.pem -days 2 -extfile client.ext",
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (run(t->dir, cmds[i]) != 0) {
+            tt_certs_free(t);
+            return -1;
+        }
+    snprintf(t->ca, sizeof t->ca, "%s/ca.pem", t->dir);
+    snprintf(t->other_ca, sizeof t->other_ca, "%s/other-ca.pem", t->dir);
+    snprintf(t->server_cert, sizeof t->server_cert, "%s/server.pem", t->dir);
+    snprintf(t->server_key, sizeof t->server_key, "%s/server.key", t->dir);
+    snprintf(t->expired_cert, sizeof t->expired_cert, "%s/expired.pem", t->dir);
+    snprintf(t->client_cert, sizeof t->client_cert, "%s/client.pem", t->dir);
+    snprintf(t->client_key, sizeof t->client_key, "%s/client.key", t->dir);
+    return 0;
+}
+
+void tt_certs_free(tt_certs_t *t)
+{
+    if (t->dir[0]) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "tt_certs_free: could not remove %s\n", t->dir);
+    }
+    memset(t, 0, sizeof *t);
+}
+
+int tt_server_start(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *cert,
+                    int auth_clients)
+{
+    int port = ts_reserve_port();
+    if (port < 0)
+        return -1;
+    char p[16];
+    snprintf(p, sizeof p, "%d", port);
+    *tls_port = port;
+    return ts_server_start(s, "--tls-port", p, "--tls-cert-file",
+                           cert ? cert : t->server_cert, "--tls-key-file", t->server_key,
+                           "--tls-ca-cert-file", t->ca, "--tls-auth-clients",
+                           auth_clients ? "yes" : "no", NULL);
+}
