@@ -39,8 +39,13 @@ int rs__ctx_flush(redisContext *ctx)
     size_t len = sdslen(ctx->obuf);
     if (len == 0)
         return 0;
-    if (rs__tp_send(ctx, ctx->obuf, len))
-        return RS_ECONN; /* the context is marked failed: it is never reused */
+    char why[sizeof ctx->errstr];
+    if (rs__tp_send(ctx, ctx->obuf, len, why, sizeof why)) {
+        /* marks the context failed, as hiredis' own write would: it is never reused */
+        ctx->err = REDIS_ERR_IO;
+        memcpy(ctx->errstr, why, sizeof ctx->errstr);
+        return RS_ECONN;
+    }
     sdsclear(ctx->obuf);
     return 0;
 }

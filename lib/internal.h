@@ -121,9 +121,10 @@ int rs__tp_reused(const redisContext *ctx); /* its handshake resumed a session *
 void rs__tp_describe(const redisContext *ctx, char *buf, size_t len);
 /* Bounds each later read or write on ctx (ms; 0: none). */
 void rs__tp_set_timeout(redisContext *ctx, long ms);
-/* Sends all of buf: 0, or RS_ECONN with ctx marked failed. Never raises SIGPIPE. Safe while
- * another thread waits in rs__tp_fill on the same ctx. */
-int rs__tp_send(redisContext *ctx, const char *buf, size_t len);
+/* Sends all of buf: 0, or RS_ECONN with why (may be NULL) filled; ctx itself is left as it
+ * was (the caller marks it failed: another thread may be reading it). Never raises SIGPIPE.
+ * Safe while another thread waits in rs__tp_fill on the same ctx. */
+int rs__tp_send(redisContext *ctx, const char *buf, size_t len, char *why, size_t whylen);
 /* One read from the connection into ctx's reader: 1 bytes fed, 0 none ready (nonblock
  * only), -1 failed (ctx->err, ctx->errstr set; a timeout is REDIS_ERR_IO with EAGAIN). */
 int rs__tp_fill(redisContext *ctx, int nonblock);

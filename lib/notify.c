@@ -107,7 +107,7 @@ static void write_link(redisContext *ctx, const char *cmd, const char *channel)
         return;
     /* a failed write only happens when the connection is failing; the reconnect that
      * follows subscribes every watch again */
-    rs__tp_send(ctx, buf, (size_t)n);
+    rs__tp_send(ctx, buf, (size_t)n, NULL, 0);
     free(buf);
 }
 

@@ -524,14 +524,14 @@ static int plain_send(int fd, const char *buf, size_t len)
     return 0;
 }
 
-int rs__tp_send(redisContext *ctx, const char *buf, size_t len)
+int rs__tp_send(redisContext *ctx, const char *buf, size_t len, char *why, size_t whylen)
 {
     rs_tp_t *tp = tp_of(ctx);
     if (!tp) {
         if (plain_send(ctx->fd, buf, len) == 0)
             return 0;
-        /* marks the context failed, as hiredis' own write would: it is never reused */
-        ctx_error(ctx, REDIS_ERR_IO, "%s", strerror(errno ? errno : EPIPE));
+        if (why)
+            snprintf(why, whylen, "%s", strerror(errno ? errno : EPIPE));
         return RS_ECONN;
     }
     uint64_t deadline = io_deadline(tp);
@@ -549,13 +549,13 @@ int rs__tp_send(redisContext *ctx, const char *buf, size_t len)
         if ((e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) &&
             wait_fd(tp->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline))
             continue;
-        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
-            ctx_error(ctx, REDIS_ERR_IO, "%s", strerror(EAGAIN));
-        } else {
-            char why[sizeof ctx->errstr];
-            tls_failure(tp, e, "", why, sizeof why);
-            ctx_error(ctx, REDIS_ERR_IO, "%s", why);
-        }
+        char w[sizeof ctx->errstr];
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ)
+            snprintf(w, sizeof w, "%s", strerror(EAGAIN));
+        else
+            tls_failure(tp, e, "", w, sizeof w);
+        if (why)
+            snprintf(why, whylen, "%s", w);
         rc = RS_ECONN;
         break;
     }
