@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -554,4 +555,78 @@ Test(tls, redlock_over_three_tls_masters)
     for (int i = 0; i < 3; i++)
         ts_server_stop(&s[i]);
     tt_certs_free(&t);
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* fork and SIGPIPE                                                                       */
+
+typedef struct fork_arg {
+    rs_client_t *c;
+    redisContext *ctx;
+} fork_arg_t;
+
+static int fork_child(void *arg)
+{
+    fork_arg_t *f = arg;
+    rs_mutex_t *m;
+    if (rs_mutex_init(&m, f->c, "f") != RS_EFORK)
+        return 10;
+    /* frees the parent's TLS sessions: nothing may be written into them */
+    rs__ctx_free(f->ctx);
+    rs_client_close(f->c);
+    return 0;
+}
+
+/* A child that closes an inherited TLS client (and frees an inherited TLS connection) sends
+ * no close_notify: the parent's sessions go on working. */
+Test(tls, fork_child_never_writes_into_the_parents_sessions, .fini = tu_kill_kids)
+{
+    env_t e;
+    env_start(&e, NULL, 0);
+    rs_client_t *c = open_ok(e.url, 0, NULL);
+    rs_mutex_t *m = new_mutex(c, "f");
+    cr_assert_eq(rs_mutex_lock(m), 0); /* the watchdog's connection is open too */
+    fork_arg_t f = {.c = c};
+    cr_assert_eq(rs__conn_connect(c, rs__now_ns() + 3000 * RS_NS_PER_MS, 3000, &f.ctx), 0);
+    pid_t pid = tu_spawn(fork_child, &f);
+    tu_assert_exit0(pid, tu_reap(pid, 10000), "child");
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    redisReply *r = NULL;
+    cr_expect_eq(rs__ctx_command(f.ctx, 1, argv, lens, &r), 0, "PING on the parent's TLS "
+                 "connection after the child freed it: %s", f.ctx->errstr);
+    cr_expect(r && r->type == REDIS_REPLY_STATUS && !strcmp(r->str, "PONG"));
+    if (r)
+        freeReplyObject(r);
+    rs__ctx_free(f.ctx);
+    cr_expect_eq(rs_mutex_unlock(m), 0, "unlock: %s", rs_client_lasterror(c));
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+    env_stop(&e);
+}
+
+/* Writes through TLS to a server that is gone never raise SIGPIPE (left at its default,
+ * which would end this process). */
+Test(tls, no_sigpipe_when_the_server_is_gone)
+{
+    signal(SIGPIPE, SIG_DFL);
+    env_t e;
+    env_start(&e, NULL, 0);
+    rs_client_t *c = open_ok(e.url, 0, NULL);
+    redisContext *ctx;
+    cr_assert_eq(rs__conn_connect(c, rs__now_ns() + 3000 * RS_NS_PER_MS, 3000, &ctx), 0);
+    ts_server_kill(&e.s);
+    int failed = 0;
+    for (int i = 0; i < 20 && !failed; i++) {
+        static const char ping[] = "*1\r\n$4\r\nPING\r\n";
+        failed = rs__tp_send(ctx, ping, sizeof ping - 1, NULL, 0) != 0;
+        tu_sleep_ms(20);
+    }
+    cr_expect(failed, "20 sends to a dead server all succeeded");
+    rs__ctx_free(ctx);
+    rs_mutex_t *m = new_mutex(c, "p");
+    cr_expect_eq(rs_mutex_trylock(m), RS_ECONN);
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+    env_stop(&e);
 }
