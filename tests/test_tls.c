@@ -26,6 +26,7 @@
 #include "redis_server.h"
 #include "redisync.h"
 #include "test_assert.h"
+#include "cluster.h"
 #include "tls.h"
 
 TestSuite(tls, .timeout = 60);
@@ -629,4 +630,56 @@ Test(tls, no_sigpipe_when_the_server_is_gone)
     rs_mutex_destroy(m);
     rs_client_close(c);
     env_stop(&e);
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* Cluster over TLS: the slot map and MOVED name the nodes' TLS ports to a TLS client     */
+
+Test(tls, cluster_with_tls_and_a_moved_slot)
+{
+    tt_certs_t t;
+    cr_assert_eq(tt_certs_make(&t), 0);
+    ts_server_t nodes[3];
+    int port[3];
+    cr_assert_eq(tt_cluster_start(nodes, 3, port, &t), 0, "cannot start a TLS cluster");
+    char url[1024];
+    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d?tls=1&tls_ca=%s",
+             ts_deploy_userinfo(), port[0], t.ca);
+    rs_client_t *c = open_ok(url, 600, NULL), *c2 = open_ok(url, 600, NULL);
+
+    /* names on every node, locked and renewed over TLS */
+    rs_mutex_t *m[6];
+    for (int i = 0; i < 6; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "n%d", i);
+        m[i] = new_mutex(c, name);
+        cr_expect_eq(rs_mutex_lock(m[i]), 0, "lock %s: %s", name, rs_client_lasterror(c));
+    }
+    tu_sleep_ms(1200); /* two leases */
+    for (int i = 0; i < 6; i++) {
+        cr_expect_eq(rs_mutex_unlock(m[i]), 0, "unlock: %s", rs_client_lasterror(c));
+        rs_mutex_destroy(m[i]);
+    }
+
+    /* an empty slot moved behind the clients' back: the first call meets MOVED, which names
+     * the new owner's TLS port */
+    int slot = (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT rs:{mv}:mutex");
+    int src = ts_cluster_owner(nodes, 3, slot), dst = (src + 1) % 3;
+    cr_assert_geq(src, 0);
+    char id[64], buf[256];
+    cr_assert_not_null(ts_cluster_myid(&nodes[dst], id, sizeof id));
+    for (int i = 0; i < 3; i++)
+        cr_assert_not_null(ts_cmd_str(&nodes[i], buf, sizeof buf, "CLUSTER SETSLOT %d NODE %s",
+                                      slot, id));
+    rs_mutex_t *mv = new_mutex(c2, "mv");
+    cr_expect_eq(rs_mutex_lock(mv), 0, "lock after the move: %s", rs_client_lasterror(c2));
+    cr_expect_eq(ts_cmd_int(&nodes[dst], "EXISTS rs:{mv}:mutex"), 1, "not on the new owner");
+    long long moved = ts_info_ll(&nodes[src], "errorstats", "errorstat_MOVED", "count");
+    cr_expect_gt(moved, 0, "the client never met a MOVED");
+    cr_expect_eq(rs_mutex_unlock(mv), 0);
+    rs_mutex_destroy(mv);
+    rs_client_close(c);
+    rs_client_close(c2);
+    ts_cluster_stop(nodes, 3);
+    tt_certs_free(&t);
 }

@@ -5,6 +5,7 @@
 #endif
 
 #include "tls.h"
+#include "cluster.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +98,7 @@ void tt_certs_free(tt_certs_t *t)
 int tt_server_start(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *cert,
                     int auth_clients)
 {
-    int port = ts_reserve_port();
+    int port = ts_reserve_port(0);
     if (port < 0)
         return -1;
     char p[16];
@@ -107,4 +108,25 @@ int tt_server_start(ts_server_t *s, int *tls_port, const tt_certs_t *t, const ch
                            cert ? cert : t->server_cert, "--tls-key-file", t->server_key,
                            "--tls-ca-cert-file", t->ca, "--tls-auth-clients",
                            auth_clients ? "yes" : "no", NULL);
+}
+
+int tt_cluster_start(ts_server_t *nodes, int n, int *tls_ports, const tt_certs_t *t)
+{
+    if (n > 16)
+        return -1;
+    char port[16][16];
+    const char *args[16][16];
+    const char *const *extra[16];
+    for (int i = 0; i < n; i++) {
+        tls_ports[i] = ts_reserve_port(1); /* the bus is on the TLS port + 10000 */
+        if (tls_ports[i] < 0)
+            return -1;
+        snprintf(port[i], sizeof port[i], "%d", tls_ports[i]);
+        const char *a[] = {"--tls-port", port[i], "--tls-cluster", "yes", "--tls-cert-file",
+                           t->server_cert, "--tls-key-file", t->server_key,
+                           "--tls-ca-cert-file", t->ca, "--tls-auth-clients", "no", NULL};
+        memcpy(args[i], a, sizeof a);
+        extra[i] = args[i];
+    }
+    return ts_cluster_start_ex(nodes, n, extra);
 }

@@ -36,4 +36,8 @@ void tt_certs_free(tt_certs_t *t);
 int tt_server_start(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *cert,
                     int auth_clients);
 
+/* A Redis Cluster of n masters (tests/support/cluster.h) whose nodes also listen for TLS
+ * on tls_ports[i] and talk TLS on the cluster bus (tls-cluster yes). 0 or -1. */
+int tt_cluster_start(ts_server_t *nodes, int n, int *tls_ports, const tt_certs_t *t);
+
 #endif
