@@ -98,8 +98,7 @@ static int option_text(rs_client_t *c, const char *key, const char *v, size_t n,
 static int option_flag(rs_client_t *c, const char *key, const char *v, size_t n, int *out)
 {
     if (n != 1 || (v[0] != '0' && v[0] != '1'))
-        return rs__fail(c, EINVAL, "bad URL: %s must be 0 or 1, got \"%.*s\"", key,
-                        (int)(n > 16 ? 16 : n), v);
+        return rs__fail(c, EINVAL, "bad URL: %s must be 0 or 1", key);
     *out = v[0] - '0';
     return 0;
 }
@@ -115,8 +114,7 @@ static int parse_option(rs_client_t *c, const char *q, size_t n, rs_endpoint_t *
     if (KEY("db") && allow_db) {
         long db;
         if (parse_uint(v, vlen, 0, 1000000, &db) != 0)
-            return rs__fail(c, EINVAL, "bad URL: db must be a number, got \"%.*s\"",
-                            (int)(vlen > 16 ? 16 : vlen), v);
+            return rs__fail(c, EINVAL, "bad URL: db must be a number from 0 to 1000000");
         ep->db = (int)db;
         return 0;
     }
@@ -142,14 +140,19 @@ static int parse_option(rs_client_t *c, const char *q, size_t n, rs_endpoint_t *
         return option_text(c, "tls_servername", v, vlen, ep->tls_servername,
                            sizeof ep->tls_servername);
 #undef KEY
+    /* the key is echoed only when it looks like one (never a piece of a password) */
+    int plain = klen > 0 && klen <= 32;
+    for (size_t i = 0; i < klen && plain; i++)
+        plain = isalnum((unsigned char)q[i]) || q[i] == '_';
     if (klen >= 4 && memcmp(q, "tls_", 4) == 0)
         return rs__fail(c, EINVAL, "bad URL: unknown TLS option \"%.*s\" (known: tls, tls_ca, "
                         "tls_cert, tls_key, tls_servername, tls_verify)",
-                        (int)(klen > 32 ? 32 : klen), q);
+                        plain ? (int)klen : 4, q);
     if (klen == 2 && memcmp(q, "db", 2) == 0)
         return rs__fail(c, EINVAL, "bad URL: Cluster has no database but 0 (no db= option)");
-    return rs__fail(c, EINVAL, "bad URL: unknown query option \"%.*s\"",
-                    (int)(klen > 32 ? 32 : klen), q);
+    if (!plain)
+        return rs__fail(c, EINVAL, "bad URL: unknown query option");
+    return rs__fail(c, EINVAL, "bad URL: unknown query option \"%.*s\"", (int)klen, q);
 }
 
 /* The query after '?': options separated by '&' (db=N where allowed, the tls options). */
@@ -433,11 +436,37 @@ static int check_tls(rs_client_t *c, rs_endpoint_t *ep)
 
 static int parse_scheme(rs_client_t *c, const char *url, rs_endpoint_t *ep);
 
+/* Where the query of url begins: the first '?' followed by an option the parser knows (db=,
+ * tls=, tls_...), so that a '/', '@' or '?' inside an option's value (a file path) is never
+ * taken for part of the address; NULL if none. (A password containing "?tls" or "?db=" must
+ * be percent-encoded.) */
+static const char *query_start(const char *url)
+{
+    for (const char *p = strchr(url, '?'); p; p = strchr(p + 1, '?'))
+        if (strncmp(p + 1, "db=", 3) == 0 || strncmp(p + 1, "tls=", 4) == 0 ||
+            strncmp(p + 1, "tls_", 4) == 0)
+            return p;
+    return NULL;
+}
+
 int rs__url_parse(rs_client_t *c, const char *url, rs_endpoint_t *ep)
 {
     memset(ep, 0, sizeof *ep);
     ep->tls_verify = 1;
-    int rc = parse_scheme(c, url, ep);
+    int rc;
+    const char *q = url ? query_start(url) : NULL;
+    if (q) {
+        /* the address part alone, then the query */
+        char *head = strndup(url, (size_t)(q - url));
+        if (!head)
+            return rs__fail(c, ENOMEM, "out of memory");
+        rc = parse_scheme(c, head, ep);
+        free(head);
+        if (rc == 0)
+            rc = parse_query(c, q + 1, ep, ep->mode != RS_MODE_CLUSTER);
+    } else {
+        rc = parse_scheme(c, url, ep);
+    }
     if (rc == 0)
         rc = check_tls(c, ep);
     if (rc) {
