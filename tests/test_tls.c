@@ -27,6 +27,7 @@
 #include "redisync.h"
 #include "test_assert.h"
 #include "cluster.h"
+#include "sentinel.h"
 #include "tls.h"
 
 TestSuite(tls, .timeout = 60);
@@ -493,6 +494,14 @@ Test(tls, url_errors)
     cr_expect_eq(rs__url_parse(NULL, "redlock://a:1,b:1,c:1?tls=1&tls_ca=%2Fca.pem&db=2", &ep), 0,
                  "%s", rs_client_lasterror(NULL));
     cr_expect(ep.tls && !strcmp(ep.tls_ca, "/ca.pem") && ep.db == 2);
+    /* a '/', '@' or '?' inside a file path is never taken for part of the address */
+    cr_expect_eq(rs__url_parse(NULL, "redis-sentinel://u:p@h:1/m?tls=1&tls_ca=/a@b/c?.pem", &ep),
+                 0, "%s", rs_client_lasterror(NULL));
+    cr_expect(!strcmp(ep.master, "m") && !strcmp(ep.tls_ca, "/a@b/c?.pem") &&
+              !strcmp(ep.pass, "p") && !strcmp(ep.seeds[0].host, "h"));
+    cr_expect_eq(rs__url_parse(NULL, "rediss://:p@h/3?tls_cert=/x@y&tls_key=/k", &ep), 0, "%s",
+                 rs_client_lasterror(NULL));
+    cr_expect(!strcmp(ep.host, "h") && ep.db == 3 && !strcmp(ep.tls_cert, "/x@y"));
 }
 
 /* tls_verify=0 lets a server through that the CA would refuse, and says so once. */
@@ -681,5 +690,73 @@ Test(tls, cluster_with_tls_and_a_moved_slot)
     rs_client_close(c);
     rs_client_close(c2);
     ts_cluster_stop(nodes, 3);
+    tt_certs_free(&t);
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* Sentinel over TLS: sentinels, master and replica on TLS ports, through a failover      */
+
+static int sentinel_master_is(const ts_server_t *sent, int port)
+{
+    return ts_sentinel_master_port(sent, "tlsmaster") == port;
+}
+
+Test(tls, sentinel_failover)
+{
+    tt_certs_t t;
+    cr_assert_eq(tt_certs_make(&t), 0);
+    ts_server_t master, replica, sent;
+    int mport, rport, sport;
+    const char *mx[] = {"--repl-diskless-sync-delay", "0", "--tls-replication", "yes", NULL};
+    cr_assert_eq(tt_server_startx(&master, &mport, &t, NULL, 0, mx), 0);
+    char mp[16];
+    snprintf(mp, sizeof mp, "%d", mport);
+    const char *rx[] = {"--replicaof", "127.0.0.1", mp, "--repl-diskless-sync-delay", "0",
+                        "--tls-replication", "yes", NULL};
+    cr_assert_eq(tt_server_startx(&replica, &rport, &t, NULL, 0, rx), 0);
+    cr_assert_eq(ts_wait_replica_up(&replica, 15000), 0, "replication over TLS never came up");
+    cr_assert_eq(ts_wait_replicas_online(&master, 1, 15000), 0);
+    cr_assert_eq(tt_sentinel_start(&sent, &sport, &t, "tlsmaster", mport, 1, 1000, 5000), 0);
+    char url[1024];
+    snprintf(url, sizeof url, "redis-sentinel://%s127.0.0.1:%d/tlsmaster?tls=1&tls_ca=%s",
+             ts_deploy_userinfo(), sport, t.ca);
+    rs_client_t *c = open_ok(url, 1000, NULL);
+    rs_mutex_t *m = new_mutex(c, "s");
+    cr_expect_eq(rs_mutex_lock(m), 0, "lock: %s", rs_client_lasterror(c));
+    cr_expect_eq(ts_cmd_int(&master, "EXISTS rs:{s}:mutex"), 1);
+    cr_expect_eq(rs_mutex_unlock(m), 0);
+
+    char reply[128] = "";
+    long long until = tu_mono_ms() + 20000;
+    while (tu_mono_ms() < until) {
+        if (ts_cmd_str(&sent, reply, sizeof reply, "SENTINEL FAILOVER tlsmaster") &&
+            !strcmp(reply, "OK"))
+            break;
+        tu_sleep_ms(100); /* NOGOODSLAVE until the sentinel has seen the replica */
+    }
+    cr_assert_str_eq(reply, "OK", "SENTINEL FAILOVER: %s", reply);
+    until = tu_mono_ms() + 20000;
+    while (!sentinel_master_is(&sent, rport) && tu_mono_ms() < until)
+        tu_sleep_ms(20);
+    cr_assert(sentinel_master_is(&sent, rport), "the sentinel never named the replica's TLS "
+              "port (it names %d)", ts_sentinel_master_port(&sent, "tlsmaster"));
+    /* the client follows the switch to the new master, over TLS */
+    int rc = -1;
+    until = tu_mono_ms() + 20000;
+    while (tu_mono_ms() < until) {
+        struct timespec dl = tu_abs_in(3000);
+        if ((rc = rs_mutex_timedlock(m, &dl)) == 0)
+            break;
+        tu_sleep_ms(100);
+    }
+    cr_expect_eq(rc, 0, "lock after the failover: %d %s", rc, rs_client_lasterror(c));
+    cr_expect_eq(ts_cmd_int(&replica, "EXISTS rs:{s}:mutex"), 1, "not on the new master");
+    if (rc == 0)
+        cr_expect_eq(rs_mutex_unlock(m), 0);
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+    ts_server_stop(&sent);
+    ts_server_stop(&replica);
+    ts_server_stop(&master);
     tt_certs_free(&t);
 }

@@ -6,6 +6,7 @@
 
 #include "tls.h"
 #include "cluster.h"
+#include "sentinel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,16 +99,42 @@ void tt_certs_free(tt_certs_t *t)
 int tt_server_start(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *cert,
                     int auth_clients)
 {
+    return tt_server_startx(s, tls_port, t, cert, auth_clients, NULL);
+}
+
+int tt_server_startx(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *cert,
+                     int auth_clients, const char *const *extra)
+{
     int port = ts_reserve_port(0);
     if (port < 0)
         return -1;
     char p[16];
     snprintf(p, sizeof p, "%d", port);
     *tls_port = port;
-    return ts_server_start(s, "--tls-port", p, "--tls-cert-file",
-                           cert ? cert : t->server_cert, "--tls-key-file", t->server_key,
-                           "--tls-ca-cert-file", t->ca, "--tls-auth-clients",
-                           auth_clients ? "yes" : "no", NULL);
+    const char *args[32] = {"--tls-port", p, "--tls-cert-file", cert ? cert : t->server_cert,
+                            "--tls-key-file", t->server_key, "--tls-ca-cert-file", t->ca,
+                            "--tls-auth-clients", auth_clients ? "yes" : "no"};
+    int k = 10;
+    for (int i = 0; extra && extra[i] && k < 31; i++)
+        args[k++] = extra[i];
+    args[k] = NULL;
+    return ts_server_startv(s, args);
+}
+
+int tt_sentinel_start(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *name,
+                      int master_port, int quorum, long down_after_ms, long failover_timeout_ms)
+{
+    int port = ts_reserve_port(0);
+    if (port < 0)
+        return -1;
+    *tls_port = port;
+    char conf[2048];
+    snprintf(conf, sizeof conf,
+             "tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
+             "tls-auth-clients no\ntls-replication yes\n",
+             port, t->server_cert, t->server_key, t->ca);
+    return ts_sentinel_start_ex(s, name, master_port, quorum, down_after_ms, failover_timeout_ms,
+                                conf);
 }
 
 int tt_cluster_start(ts_server_t *nodes, int n, int *tls_ports, const tt_certs_t *t)

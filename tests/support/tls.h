@@ -36,6 +36,16 @@ void tt_certs_free(tt_certs_t *t);
 int tt_server_start(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *cert,
                     int auth_clients);
 
+/* tt_server_start with extra (NULL-terminated, or NULL) added to the server's arguments. */
+int tt_server_startx(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *cert,
+                     int auth_clients, const char *const *extra);
+
+/* A sentinel (tests/support/sentinel.h) that also listens for TLS on *tls_port and talks TLS
+ * to the master and its replicas (tls-replication yes); the master is at master_port (its
+ * TLS port). 0 or -1. */
+int tt_sentinel_start(ts_server_t *s, int *tls_port, const tt_certs_t *t, const char *name,
+                      int master_port, int quorum, long down_after_ms, long failover_timeout_ms);
+
 /* A Redis Cluster of n masters (tests/support/cluster.h) whose nodes also listen for TLS
  * on tls_ports[i] and talk TLS on the cluster bus (tls-cluster yes). 0 or -1. */
 int tt_cluster_start(ts_server_t *nodes, int n, int *tls_ports, const tt_certs_t *t);
