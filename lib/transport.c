@@ -403,7 +403,8 @@ int rs__tp_tls_start(rs_tls_t *t, redisContext *ctx, const char *name, int port,
     tp->fd = ctx->fd;
     tp->first = -1;
     pthread_mutex_init(&tp->mu, NULL);
-    snprintf(tp->key, sizeof tp->key, "%s:%d", name, port);
+    /* sessions are kept per address (several nodes may share one tls_servername) */
+    snprintf(tp->key, sizeof tp->key, "%s:%d", ctx->tcp.host ? ctx->tcp.host : name, port);
     ERR_clear_error();
     BIO *bio = BIO_new(t->bio);
     tp->ssl = SSL_new(t->ctx);
