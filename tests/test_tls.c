@@ -760,3 +760,47 @@ Test(tls, sentinel_failover)
     ts_server_stop(&master);
     tt_certs_free(&t);
 }
+
+/* ------------------------------------------------------------------------------------- */
+/* close, then fork: no OpenSSL lock inherited from a thread still exiting                */
+
+static const char *g_fork_url;
+
+static int reopen_child(void *arg)
+{
+    (void)arg;
+    int rc;
+    rs_client_t *c = open_url(g_fork_url, 0, 3000, NULL, NULL, &rc, NULL);
+    if (rc)
+        return 10;
+    rs_mutex_t *m;
+    if (rs_mutex_init(&m, c, "fc") != 0 || rs_mutex_lock(m) != 0 || rs_mutex_unlock(m) != 0)
+        return 11;
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+    return 0;
+}
+
+/* rs_client_close joins every thread that used OpenSSL (watchdog, subscriber) before it
+ * returns, so a child forked right after can use TLS at once (a prototype deadlocked here). */
+Test(tls, fork_right_after_close, .fini = tu_kill_kids)
+{
+    env_t e;
+    env_start(&e, NULL, 0);
+    g_fork_url = e.url;
+    for (int i = 0; i < 8; i++) {
+        rs_client_t *c = open_ok(e.url, 300, NULL), *c2 = open_ok(e.url, 300, NULL);
+        rs_mutex_t *m = new_mutex(c, "fc"), *m2 = new_mutex(c2, "fc");
+        cr_assert_eq(rs_mutex_lock(m), 0); /* c's watchdog runs */
+        struct timespec dl = tu_abs_in(150);
+        cr_assert_eq(rs_mutex_timedlock(m2, &dl), ETIMEDOUT); /* c2's subscriber runs */
+        cr_assert_eq(rs_mutex_unlock(m), 0);
+        rs_mutex_destroy(m);
+        rs_mutex_destroy(m2);
+        rs_client_close(c);
+        rs_client_close(c2);
+        pid_t pid = tu_spawn(reopen_child, NULL);
+        tu_assert_exit0(pid, tu_reap(pid, 15000), "child forked right after close");
+    }
+    env_stop(&e);
+}
