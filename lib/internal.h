@@ -106,6 +106,7 @@ int rs__url_parse(rs_client_t *c, const char *url, rs_endpoint_t *ep);
 typedef struct rs_tls rs_tls_t;
 int rs__tls_new(const rs_endpoint_t *ep, rs_tls_t **out, char *err, size_t errlen);
 void rs__tls_free(rs_tls_t *t);
+void rs__tls_forget_sessions(rs_tls_t *t); /* the next connects make full handshakes */
 /* TLS handshake on ctx (connected, blocking) with the server called name (checked against
  * its certificate, sent as SNI when not an IP address), until deadline_ns. 0: every later
  * byte of ctx goes through the session; RS_ECONN: a TLS failure that a retry would not

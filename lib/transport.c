@@ -291,6 +291,17 @@ fail:
     return rc;
 }
 
+void rs__tls_forget_sessions(rs_tls_t *t)
+{
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->nsess; i++)
+        if (t->sess[i].s)
+            SSL_SESSION_free(t->sess[i].s);
+    t->nsess = 0;
+    memset(t->sess, 0, sizeof t->sess);
+    pthread_mutex_unlock(&t->mu);
+}
+
 void rs__tls_free(rs_tls_t *t)
 {
     if (!t)

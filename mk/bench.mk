@@ -17,6 +17,10 @@
 #                     handle and per client (mallinfo2), and heap and RSS over 1,000,000
 #                     lock/unlock cycles (bench/memory/memory.c); MEMORY_ARGS='CYCLES THREADS'
 #
+#   make bench        also runs build/redisync-bench-tls (or alone: make bench-tls): PING and
+#                     uncontended lock+unlock over plain and TLS, and a new TLS connection
+#                     with a full handshake against a resumed session (bench/tls/tls.c)
+#
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
 #
@@ -32,7 +36,7 @@ STORM_ARGS ?=
 # what bench-peers runs: redisync's mutex and the raw floor next to the three peers
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
-.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory
+.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-tls
 
 HOLDS_BIN := $(BUILDDIR)/redisync-holds
 HOLDS_OBJS := $(OBJ)/bench/holds/holds.o
@@ -40,8 +44,24 @@ MEMORY_BIN := $(BUILDDIR)/redisync-memory
 MEMORY_OBJS := $(OBJ)/bench/memory/memory.o
 MEMORY_ARGS ?= 1000000 4
 
+TLSB_BIN := $(BUILDDIR)/redisync-bench-tls
+TLSB_OBJS := $(OBJ)/bench/tls/tls.o
+TLSB_ARGS ?= 4000
+
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
-bench: bench-contention bench-holds bench-memory
+bench: bench-contention bench-holds bench-memory bench-tls
+
+bench-tls: | deps
+	@$(MAKE) --no-print-directory $(TLSB_BIN)
+	$(TLSB_BIN) $(TLSB_ARGS)
+
+$(OBJ)/bench/tls/%.o: bench/tls/%.c $(LIB_A) | $(GEN)/scripts.h
+	@mkdir -p $(@D)
+	$(COMPILE_PROG) -c $< -o $@
+
+$(TLSB_BIN): $(TLSB_OBJS) $(SUPPORT_OBJS) $(LIB_A)
+	@mkdir -p $(@D)
+	$(LINK_PROG) -o $@ $(TLSB_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
 
 bench-memory: | deps
 	@$(MAKE) --no-print-directory $(MEMORY_BIN)
@@ -88,4 +108,4 @@ $(STORM_BIN): $(STORM_OBJS) $(SUPPORT_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
 	$(LINK_PROG) -o $@ $(STORM_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
 
--include $(STORM_OBJS:.o=.d) $(HOLDS_OBJS:.o=.d) $(MEMORY_OBJS:.o=.d)
+-include $(STORM_OBJS:.o=.d) $(HOLDS_OBJS:.o=.d) $(MEMORY_OBJS:.o=.d) $(TLSB_OBJS:.o=.d)
