@@ -95,6 +95,9 @@ EXAMPLE_BINS := $(EXAMPLE_SRCS:examples/%.c=$(BUILDDIR)/examples/%)
 # pkg-config when it is there, the plain library name when it is not.
 HIREDIS_CFLAGS   := $(shell $(PKG_CONFIG) --cflags hiredis 2>/dev/null)
 HIREDIS_LIBS     := $(shell $(PKG_CONFIG) --libs hiredis 2>/dev/null || echo -lhiredis)
+# OpenSSL 3 (libssl-dev): the TLS transport (lib/transport.c).
+SSL_CFLAGS       := $(shell $(PKG_CONFIG) --cflags openssl 2>/dev/null)
+SSL_LIBS         := $(shell $(PKG_CONFIG) --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 CRITERION_CFLAGS := $(shell $(PKG_CONFIG) --cflags criterion 2>/dev/null)
 CRITERION_LIBS   := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || echo -lcriterion)
 
@@ -114,7 +117,7 @@ endif
 
 # Every object: language, warnings, header search (generated, core, public), threads.
 # The user's CFLAGS come last so they can override.
-BASE_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I$(GEN) -Ilib -Iinclude $(HIREDIS_CFLAGS) \
+BASE_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARNINGS) -I$(GEN) -Ilib -Iinclude $(HIREDIS_CFLAGS) $(SSL_CFLAGS) \
               -pthread $(SAN_FLAGS)
 DEPFLAGS    = -MMD -MP
 # Library objects: position independent, everything hidden except what RS_API marks.
@@ -130,7 +133,7 @@ COMPILE_PUBLIC = $(CC) $(CPPFLAGS) -std=c11 -D_GNU_SOURCE $(WARNINGS) -Iinclude 
 TEST_DEFS    = -DRS_TEST_BUILDDIR='"$(abspath $(BUILDDIR))"'
 # Programs link the static library, so tests can also reach the hidden rs__ functions.
 LINK_PROG    = $(CC) $(SAN_FLAGS) $(CFLAGS) $(LDFLAGS)
-PROG_LIBS    = $(LIB_A) $(HIREDIS_LIBS) -pthread
+PROG_LIBS    = $(LIB_A) $(HIREDIS_LIBS) $(SSL_LIBS) -pthread
 
 # ---- top-level targets -------------------------------------------------------------------
 .PHONY: all deps test test-acl check-asan demo bench examples install uninstall clean \
@@ -283,7 +286,7 @@ $(LIB_A): $(LIB_OBJS)
 $(LIB_SO): $(LIB_OBJS) $(GEN)/redisync.map
 	@mkdir -p $(@D)
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=$(GEN)/redisync.map \
-	    -Wl,--no-undefined $(SAN_FLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(LIB_OBJS) $(HIREDIS_LIBS) -pthread
+	    -Wl,--no-undefined $(SAN_FLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(LIB_OBJS) $(HIREDIS_LIBS) $(SSL_LIBS) -pthread
 
 $(BUILDDIR)/$(SONAME): $(LIB_SO)
 	ln -sf $(notdir $<) $@
@@ -294,7 +297,7 @@ $(BUILDDIR)/libredisync.so: $(BUILDDIR)/$(SONAME)
 # ---- programs ----------------------------------------------------------------------------
 $(TEST_BIN): $(TEST_OBJS) $(SUPPORT_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
-	$(LINK_PROG) -o $@ $(TEST_OBJS) $(SUPPORT_OBJS) $(LIB_A) $(CRITERION_LIBS) $(HIREDIS_LIBS) -pthread
+	$(LINK_PROG) -o $@ $(TEST_OBJS) $(SUPPORT_OBJS) $(LIB_A) $(CRITERION_LIBS) $(HIREDIS_LIBS) $(SSL_LIBS) -pthread
 
 $(DEMO_BIN): $(DEMO_OBJS) $(SUPPORT_OBJS) $(LIB_A)
 	@mkdir -p $(@D)

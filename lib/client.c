@@ -129,6 +129,7 @@ static void client_free(rs_client_t *c)
          * other thread exists here, so the lists are walked without their locks. */
         rs__watchdog_forget(c);
         rs__notify_forget(c);
+        rs__tls_free(c->tls);
         free(c->prefix);
         free(c->channel_prefix);
         free(c->channel);
@@ -145,6 +146,7 @@ static void client_free(rs_client_t *c)
     pthread_cond_destroy(&c->nt.cv);
     rs__topo_free(c);
     rs__cluster_free(c);
+    rs__tls_free(c->tls);
     free(c->prefix);
     free(c->channel_prefix);
     free(c->channel);
@@ -242,6 +244,19 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     }
     snprintf(c->channel_prefix, cplen, "%s:client:", prefix);
     snprintf(c->channel, cplen + sizeof c->public_id, "%s%s", c->channel_prefix, c->public_id);
+
+    if (c->ep.tls) {
+        /* one SSL_CTX for every connection of the client: its files are read now */
+        char why[400];
+        rc = rs__tls_new(&c->ep, &c->tls, why, sizeof why);
+        if (rc) {
+            rc = rs__fail(NULL, rc, "%s", why);
+            goto fail;
+        }
+        if (!c->ep.tls_verify)
+            rs__log(c, RS_LOG_WARN, "tls_verify=0: server certificates and names are not "
+                                    "checked; anyone on the path can impersonate Redis");
+    }
 
     /* connect once: a wrong address or password is reported now */
     if (c->ep.mode == RS_MODE_REDLOCK) {
@@ -352,7 +367,7 @@ RS_API int rs_client_close(rs_client_t *c)
         rs__rl_forget(c);
         rs__conn_pool_free(c);
         if (c->wd.ctx)
-            redisFree(c->wd.ctx);
+            rs__ctx_free(c->wd.ctx);
         c->wd.ctx = NULL;
         c->closed = 1;
         rs__client_unref(c);

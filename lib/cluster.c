@@ -228,7 +228,7 @@ int rs__cluster_refresh(rs_client_t *c, int force, long timeout_ms)
                 rc = 0;
             freeReplyObject(r);
         }
-        redisFree(ctx);
+        rs__ctx_free(ctx);
     }
     return rc;
 }

@@ -10,11 +10,14 @@
  * - A small pool of idle connections per client: callers check one out for one command and
  *   give it back, so no library lock is held across a round trip and a context belongs to one
  *   thread at a time (hiredis contexts are not thread-safe).
- * - SIGPIPE: hiredis writes with write(); a write to a socket the server closed would kill
- *   a host program that does not ignore SIGPIPE. So the library never lets hiredis write:
- *   commands are appended to the context's buffer and sent here with send(MSG_NOSIGNAL)
- *   (rs__ctx_flush), and hiredis is left only the reading. No signal mask is touched, so
- *   the good path costs no system call beyond the send and the read.
+ * - Bytes: hiredis only formats and parses. Commands are appended to the context's buffer
+ *   and sent by rs__ctx_flush, replies are read by rs__ctx_read, both through transport.c
+ *   (a plain socket with send(MSG_NOSIGNAL), or a TLS session whose writes never raise
+ *   SIGPIPE either). No signal mask is touched, so the plain good path costs no system call
+ *   beyond the send and the read.
+ * - TLS (c->tls): the handshake follows the TCP connect within the same budget; a TLS
+ *   failure (verification, a plain server, a refused client certificate) is final, never
+ *   retried and never answered by a plain-text connection.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -32,19 +35,6 @@
 
 #define RS_POOL_IDLE_MAX 8
 
-int rs__send_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return RS_ECONN;
-        buf += n, len -= (size_t)n;
-    }
-    return 0;
-}
-
 int rs__ctx_flush(redisContext *ctx)
 {
     if (ctx->err)
@@ -52,10 +42,11 @@ int rs__ctx_flush(redisContext *ctx)
     size_t len = sdslen(ctx->obuf);
     if (len == 0)
         return 0;
-    if (rs__send_all(ctx->fd, ctx->obuf, len)) {
+    char why[sizeof ctx->errstr];
+    if (rs__tp_send(ctx, ctx->obuf, len, why, sizeof why)) {
         /* marks the context failed, as hiredis' own write would: it is never reused */
         ctx->err = REDIS_ERR_IO;
-        snprintf(ctx->errstr, sizeof ctx->errstr, "%s", strerror(errno ? errno : EPIPE));
+        memcpy(ctx->errstr, why, sizeof ctx->errstr);
         return RS_ECONN;
     }
     sdsclear(ctx->obuf);
@@ -82,10 +73,17 @@ int rs__ctx_read(redisContext *ctx, redisReply **out)
     *out = NULL;
     if (rs__ctx_flush(ctx))
         return RS_ECONN;
-    /* the output buffer is empty, so hiredis only reads: no write of its own, no SIGPIPE */
-    int rc = redisGetReply(ctx, &r);
+    /* hiredis only parses: the bytes come through the transport */
+    for (;;) {
+        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK)
+            return RS_ECONN;
+        if (r)
+            break;
+        if (rs__tp_fill(ctx, 0) < 0)
+            return RS_ECONN;
+    }
     *out = r;
-    return rc == REDIS_OK && r ? 0 : RS_ECONN;
+    return 0;
 }
 
 static struct timeval ms_tv(long ms)
@@ -100,7 +98,7 @@ int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns)
     if (now >= end_ns)
         return RS_ECONN;
     uint64_t ms = (end_ns - now + RS_NS_PER_MS - 1) / RS_NS_PER_MS;
-    redisSetTimeout(ctx, ms_tv(ms > LONG_MAX / 2 ? LONG_MAX / 2 : (long)ms));
+    rs__tp_set_timeout(ctx, ms > LONG_MAX / 2 ? LONG_MAX / 2 : (long)ms);
     return 0;
 }
 
@@ -122,11 +120,12 @@ int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out)
             return ETIMEDOUT;
         uint64_t ms = (end_ns - now + RS_NS_PER_MS - 1) / RS_NS_PER_MS;
         struct pollfd p = {ctx->fd, POLLIN, 0};
-        int pr = poll(&p, 1, ms > INT_MAX ? INT_MAX : (int)ms);
+        /* bytes already inside a TLS session: poll() on the socket cannot see them */
+        int pr = rs__tp_pending(ctx) ? 1 : poll(&p, 1, ms > INT_MAX ? INT_MAX : (int)ms);
         if (pr < 0 && errno != EINTR)
             return RS_ECONN;
-        /* readable (or hung up): one read() that does not block; EOF marks ctx failed */
-        if (pr > 0 && redisBufferRead(ctx) != REDIS_OK)
+        /* readable (or hung up): one read that does not block; EOF marks ctx failed */
+        if (pr > 0 && rs__tp_fill(ctx, 1) < 0)
             return RS_ECONN;
     }
 }
@@ -220,6 +219,14 @@ int rs__conn_connect(rs_client_t *c, uint64_t deadline_ns, long io_timeout_ms, r
     return rs__conn_connect_to(c, -1, deadline_ns, io_timeout_ms, out);
 }
 
+/* A plain connection's first reply began with a TLS record (0x15 alert, 0x16 handshake):
+ * the port speaks TLS. */
+static int tls_answer(const redisContext *ctx)
+{
+    return !rs__tp_is_tls(ctx) && ctx->err == REDIS_ERR_PROTOCOL &&
+           (strstr(ctx->errstr, "\\x15") || strstr(ctx->errstr, "\\x16"));
+}
+
 /* One connection attempt to target (see rs__topo_target) within ct ms. 0 with *out set; -1:
  * failed in a way worth retrying (last says why); else a final error code (bad password...). */
 static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_ms,
@@ -239,17 +246,41 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
         return rs__fail(c, ENOMEM, "out of memory connecting to Redis");
     if (ctx->err) {
         snprintf(last, lastlen, "%s", ctx->errstr);
-        redisFree(ctx);
+        rs__ctx_free(ctx);
         return -1;
     }
     fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
     if (!ep->unix_socket)
         tcp_options(c, ctx->fd);
-    /* the whole attempt, connect and handshake, within ct (each command gets what is left),
-     * also for connections that later block forever (the subscriber): a stalled server
-     * must not wedge a connect */
+    if (c->tls) {
+        /* connect and TLS handshake within the same ct; a TLS failure is final (a retry
+         * would meet the same certificate), never a fall back to plain text */
+        const char *name = ep->tls_servername[0] ? ep->tls_servername : node->host;
+        char why[200];
+        int trc = rs__tp_tls_start(c->tls, ctx, name, node->port, end, why, sizeof why);
+        if (trc != 0) {
+            rs__ctx_free(ctx);
+            if (trc == -1) {
+                snprintf(last, lastlen, "%s", why);
+                return -1;
+            }
+            return rs__fail(c, trc, "TLS to %s:%d: %s", node->host, node->port, why);
+        }
+    }
+    /* the whole attempt, connect, TLS and handshake, within ct (each command gets what is
+     * left), also for connections that later block forever (the subscriber): a stalled
+     * server must not wedge a connect */
     int transient = 0;
     int rc = handshake(c, ctx, ep->unix_socket ? ep->path : node->host, end, &transient);
+    if (rc == RS_ECONN && !ep->unix_socket && (rs__tp_fatal(ctx) || tls_answer(ctx))) {
+        /* refused by TLS after the handshake (TLS 1.3 checks the client's certificate
+         * then), or a TLS server answering plain text: final */
+        rc = rs__fail(c, RS_ECONN, "%s to %s:%d: %s", c->tls ? "TLS" : "plain connection",
+                      node->host, node->port, c->tls ? ctx->errstr
+                      : "server speaks TLS, not plain RESP (use rediss:// or tls=1)");
+        rs__ctx_free(ctx);
+        return rc;
+    }
     if (rc == 0 && !ep->unix_socket) {
         rc = rs__ctx_timeout_until(ctx, end) ? RS_ECONN
                                               : rs__topo_check(c, ctx, node, last, lastlen);
@@ -257,15 +288,20 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
             transient = 1, rc = -1; /* not the master (yet): ask again */
     }
     if (rc == 0) {
-        redisSetTimeout(ctx, ms_tv(io_timeout_ms > 0 ? io_timeout_ms : 0));
+        rs__tp_set_timeout(ctx, io_timeout_ms > 0 ? io_timeout_ms : 0);
         *out = ctx;
         return 0;
     }
-    redisFree(ctx);
+    /* a TLS-only port resets a plain client at its first command; a plain Redis never does */
+    int reset = rc == RS_ECONN && !c->tls && ctx->err == REDIS_ERR_IO && !ep->unix_socket &&
+                strstr(ctx->errstr, "reset");
+    rs__ctx_free(ctx);
     if (rc != RS_ECONN && rc != -1 && !transient)
         return rc;
     if (rc != -1)
-        snprintf(last, lastlen, "%s", rc == RS_ECONN ? "connection dropped" : "server loading");
+        snprintf(last, lastlen, "%s", reset ? "the server reset the connection at the first "
+                 "command (a TLS-only port does: use rediss:// or tls=1)"
+                 : rc == RS_ECONN ? "connection dropped" : "server loading");
     return -1;
 }
 
@@ -296,10 +332,10 @@ int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long i
     uint64_t backoff_ms = 5;
     char last[200] = "timed out";
     rs_node_t node = {"?", 0};
+    *out = NULL;
     uint64_t start = rs__now_ns();
     long budget_ms = deadline_ns > start ? (long)((deadline_ns - start + RS_NS_PER_MS / 2) /
                                                   RS_NS_PER_MS) : 0;
-    *out = NULL;
     for (;;) {
         uint64_t now = rs__now_ns();
         if (now >= deadline_ns)
@@ -355,7 +391,7 @@ static int conn_record(rs_client_t *c, int node, unsigned gen, redisContext *ctx
 {
     rs_conn_t *k = calloc(1, sizeof *k);
     if (!k) {
-        redisFree(ctx);
+        rs__ctx_free(ctx);
         return rs__fail(c, ENOMEM, "out of memory");
     }
     k->gen = gen;
@@ -392,7 +428,7 @@ int rs__conn_get_node(rs_client_t *c, int node, uint64_t deadline_ns, rs_conn_t 
             *out = k;
             return 0;
         }
-        redisFree(k->ctx); /* opened before the master moved */
+        rs__ctx_free(k->ctx); /* opened before the master moved */
         free(k);
     }
     redisContext *ctx;
@@ -419,7 +455,7 @@ void rs__conn_put(rs_client_t *c, rs_conn_t *k, int broken)
     }
     if (k) {
         if (k->ctx)
-            redisFree(k->ctx);
+            rs__ctx_free(k->ctx);
         free(k);
     }
 }
@@ -433,7 +469,7 @@ void rs__conn_pool_free(rs_client_t *c)
     pthread_mutex_unlock(&c->pool_mu);
     while (k) {
         rs_conn_t *next = k->next;
-        redisFree(k->ctx);
+        rs__ctx_free(k->ctx);
         free(k);
         k = next;
     }

@@ -4,6 +4,7 @@
  * Layers, bottom up (one file per concern):
  *   util.c      clocks, deadlines, per-thread error text, logging, argument vectors
  *   url.c       URL parsing into rs_endpoint_t
+ *   transport.c bytes on the wire of every connection: a plain socket or a TLS session
  *   topology.c  where to connect (the URL's server, or the master the sentinels name)
  *   cluster.c   the Redis Cluster slot map: which master serves a key
  *   redlock.c   redlock://: every call on all masters at once, decided by quorum
@@ -88,9 +89,50 @@ typedef struct rs_endpoint {
     char pass[256];
     int has_pass;
     int db;
+    /* TLS (rediss:// or ?tls=1): the files are read once, at rs_client_open (transport.c) */
+    int tls;
+    int tls_verify;    /* 1 unless tls_verify=0 */
+    char tls_ca[512];
+    char tls_cert[512];
+    char tls_key[512];
+    char tls_servername[256]; /* empty: the host as the URL or the topology names it */
 } rs_endpoint_t;
 /* Parses url into ep. EINVAL with a message (never containing the password). */
 int rs__url_parse(rs_client_t *c, const char *url, rs_endpoint_t *ep);
+
+/* ----- transport.c ------------------------------------------------------------------- */
+/* One per client: the SSL_CTX (its CA, certificate and key read at open), the socket BIO
+ * method and each server's last session. 0, or RS_ECONN/ENOMEM with err filled. */
+typedef struct rs_tls rs_tls_t;
+int rs__tls_new(const rs_endpoint_t *ep, rs_tls_t **out, char *err, size_t errlen);
+void rs__tls_free(rs_tls_t *t);
+void rs__tls_forget_sessions(rs_tls_t *t); /* the next connects make full handshakes */
+/* TLS handshake on ctx (connected, blocking) with the server called name (checked against
+ * its certificate, sent as SNI when not an IP address), until deadline_ns. 0: every later
+ * byte of ctx goes through the session; RS_ECONN: a TLS failure that a retry would not
+ * cure (verification, a plain server, a timeout); -1: the network failed (worth a retry);
+ * ENOMEM. err says why. ctx must then be freed with rs__ctx_free. */
+int rs__tp_tls_start(rs_tls_t *t, redisContext *ctx, const char *name, int port,
+                     uint64_t deadline_ns, char *err, size_t errlen);
+int rs__tp_is_tls(const redisContext *ctx);
+/* The connection failed for a TLS reason (an alert, a refused certificate): no retry. */
+int rs__tp_fatal(const redisContext *ctx);
+int rs__tp_reused(const redisContext *ctx); /* its handshake resumed a session */
+/* "plain", or the protocol and cipher ("TLSv1.3 TLS_AES_256_GCM_SHA384"). */
+void rs__tp_describe(const redisContext *ctx, char *buf, size_t len);
+/* Bounds each later read or write on ctx (ms; 0: none). */
+void rs__tp_set_timeout(redisContext *ctx, long ms);
+/* Sends all of buf: 0, or RS_ECONN with why (may be NULL) filled; ctx itself is left as it
+ * was (the caller marks it failed: another thread may be reading it). Never raises SIGPIPE.
+ * Safe while another thread waits in rs__tp_fill on the same ctx. */
+int rs__tp_send(redisContext *ctx, const char *buf, size_t len, char *why, size_t whylen);
+/* One read from the connection into ctx's reader: 1 bytes fed, 0 none ready (nonblock
+ * only), -1 failed (ctx->err, ctx->errstr set; a timeout is REDIS_ERR_IO with EAGAIN). */
+int rs__tp_fill(redisContext *ctx, int nonblock);
+/* Bytes already inside the TLS session, which poll() on the socket cannot see. */
+int rs__tp_pending(const redisContext *ctx);
+/* Frees ctx and its TLS session (nothing is written). Every context of the library. */
+void rs__ctx_free(redisContext *ctx);
 
 /* ----- topology.c -------------------------------------------------------------------- */
 /* Where the next connection goes: single mode the URL's server; sentinel mode the master
@@ -169,8 +211,8 @@ int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t
 /* Pipelining on ctx: append, then read (which first flushes what was appended). */
 int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t *lens);
 int rs__ctx_read(redisContext *ctx, redisReply **out);
-/* Sends what was appended to ctx, all of it, with send(MSG_NOSIGNAL): 0, or RS_ECONN with
- * the context marked failed. The only way the library writes to a hiredis context. */
+/* Sends what was appended to ctx, all of it, through the transport (rs__tp_send): 0, or
+ * RS_ECONN with the context marked failed. The only way the library writes commands. */
 int rs__ctx_flush(redisContext *ctx);
 /* Sets ctx's socket (send and receive) timeouts to what is left until end_ns: 0, or
  * RS_ECONN when nothing is left. */
@@ -179,8 +221,6 @@ int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns);
  * end_ns. 0 with *out set; RS_ECONN when the connection failed (ctx unusable); ETIMEDOUT
  * when no reply was complete by end_ns (ctx still usable: the reply may come later). */
 int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out);
-/* send(MSG_NOSIGNAL) of all of buf: 0 or RS_ECONN. */
-int rs__send_all(int fd, const char *buf, size_t len);
 
 /* ----- script.c ---------------------------------------------------------------------- */
 typedef struct rs_script {
@@ -565,6 +605,7 @@ struct rs_client {
     void *on_lost_arg;
     void (*log)(int level, const char *msg, void *arg);
     void *log_arg;
+    rs_tls_t *tls;            /* TLS: the client's SSL_CTX (transport.c); NULL: plain */
 
     atomic_int refs;          /* the opener's and one per handle */
     int closed;

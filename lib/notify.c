@@ -97,8 +97,8 @@ static void confirmed(rs_client_t *c, struct rs_nt_link *lk, const char *channel
     pthread_mutex_unlock(&c->nt.mu);
 }
 
-/* Writes a pub/sub command straight to one subscriber socket. nt.mu held. */
-static void write_link(int fd, const char *cmd, const char *channel)
+/* Writes a pub/sub command straight to one subscriber connection. nt.mu held. */
+static void write_link(redisContext *ctx, const char *cmd, const char *channel)
 {
     char *buf;
     int n = asprintf(&buf, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(cmd), cmd,
@@ -107,7 +107,7 @@ static void write_link(int fd, const char *cmd, const char *channel)
         return;
     /* a failed write only happens when the connection is failing; the reconnect that
      * follows subscribes every watch again */
-    rs__send_all(fd, buf, (size_t)n);
+    rs__tp_send(ctx, buf, (size_t)n, NULL, 0);
     free(buf);
 }
 
@@ -115,8 +115,8 @@ static void write_link(int fd, const char *cmd, const char *channel)
 static void write_raw(rs_client_t *c, const char *cmd, const char *channel)
 {
     for (int i = 0; i < c->nt.nlinks; i++)
-        if (c->nt.link[i].fd >= 0)
-            write_link(c->nt.link[i].fd, cmd, channel);
+        if (c->nt.link[i].fd >= 0 && c->nt.link[i].ctx)
+            write_link(c->nt.link[i].ctx, cmd, channel);
 }
 
 static void dispatch(rs_client_t *c, const char *payload, size_t len)
@@ -176,6 +176,7 @@ static int subscribe_locked(rs_client_t *c, struct rs_nt_link *lk, redisContext 
     if (rs__ctx_flush(ctx))
         return RS_ECONN;
     lk->fd = ctx->fd;
+    lk->ctx = ctx;
     return 0;
 }
 
@@ -197,7 +198,7 @@ static void *notify_main(void *arg)
             /* the master moved while we connected: rs__notify_topology found no socket to
              * shut down, and this one may reach the old master, which takes no more
              * publishes but answers until it is demoted. Connect again, at once. */
-            redisFree(ctx);
+            rs__ctx_free(ctx);
             continue;
         }
         if (rc == 0 && !c->nt.stop && subscribe_locked(c, lk, ctx) != 0)
@@ -205,7 +206,7 @@ static void *notify_main(void *arg)
         if (rc != 0 || c->nt.stop) {
             lk->fd = -1;
             if (ctx)
-                redisFree(ctx);
+                rs__ctx_free(ctx);
             if (c->nt.stop)
                 break;
             c->nt.failed = 1;
@@ -256,7 +257,7 @@ static void *notify_main(void *arg)
         lk->ctx = NULL;
         int stopping = c->nt.stop;
         pthread_mutex_unlock(&c->nt.mu);
-        redisFree(ctx);
+        rs__ctx_free(ctx);
         if (!stopping)
             rs__log(c, RS_LOG_INFO, "subscriber connection lost; reconnecting");
         pthread_mutex_lock(&c->nt.mu);
@@ -504,7 +505,7 @@ void rs__notify_forget(rs_client_t *c)
      * the socket does not disturb the parent's) and the watched channels */
     for (int i = 0; i < c->nt.nlinks; i++)
         if (c->nt.link[i].ctx) {
-            redisFree(c->nt.link[i].ctx);
+            rs__ctx_free(c->nt.link[i].ctx);
             c->nt.link[i].ctx = NULL;
         }
     while (c->nt.watches) {

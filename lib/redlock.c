@@ -205,19 +205,21 @@ static unsigned fanout(redisContext **ctx, int n, rl_build_fn build, void *arg, 
         if (!pending || left <= 0)
             break;
         struct pollfd pfd[RS_SEEDS_MAX];
-        int who[RS_SEEDS_MAX], m = 0;
+        int who[RS_SEEDS_MAX], m = 0, inside = 0;
         for (int i = 0; i < n; i++)
             if (pending & (1u << i)) {
                 pfd[m].fd = ctx[i]->fd;
                 pfd[m].events = POLLIN;
-                pfd[m].revents = 0;
+                /* bytes a TLS session already holds are invisible to poll() */
+                pfd[m].revents = rs__tp_pending(ctx[i]) ? POLLIN : 0;
+                inside += pfd[m].revents != 0;
                 who[m++] = i;
             }
-        int pr = poll(pfd, (nfds_t)m, (int)(left > 1000000 ? 1000000 : left));
+        int pr = inside ? inside : poll(pfd, (nfds_t)m, (int)(left > 1000000 ? 1000000 : left));
         if (pr < 0 && errno != EINTR)
             break;
         for (int x = 0; pr > 0 && x < m; x++)
-            if (pfd[x].revents && redisBufferRead(ctx[who[x]]) != REDIS_OK) {
+            if (pfd[x].revents && rs__tp_fill(ctx[who[x]], 1) < 0) {
                 pending &= ~(1u << who[x]);
                 broken |= 1u << who[x];
             }
@@ -267,10 +269,10 @@ static rs_conn_t *late_take(rs_client_t *c, int i, long budget_ms)
             freeReplyObject(r);
             k->owed--;
         } else {
-            struct pollfd p = {ctx->fd, POLLIN, 0};
-            if (poll(&p, 1, 0) <= 0)
+            int f = rs__tp_fill(ctx, 1); /* no wait; TLS-buffered bytes included */
+            if (f == 0)
                 break;
-            ok = redisBufferRead(ctx) == REDIS_OK;
+            ok = f > 0;
         }
     }
     if (ok && k->owed == 0)
@@ -769,7 +771,7 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
                             again &= ~(1u << i), broken |= 1u << i;
             }
             if (broken & (1u << i)) {
-                redisFree(c->wd.cctx[i]);
+                rs__ctx_free(c->wd.cctx[i]);
                 c->wd.cctx[i] = NULL;
                 if (!rep[i * n])
                     mark(c, i, 0);

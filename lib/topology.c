@@ -64,6 +64,23 @@ int rs__is_topology_error(const rs_client_t *c, const redisReply *r)
     return strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0;
 }
 
+/* With TLS: the handshake with sentinel s on ctx within timeout_ms. 0, or -1 with why set
+ * and ctx freed. */
+static int sentinel_tls(rs_client_t *c, redisContext *ctx, const rs_node_t *s, long timeout_ms,
+                        char *why, size_t whylen)
+{
+    if (!c->tls)
+        return 0;
+    char w[200];
+    const char *name = c->ep.tls_servername[0] ? c->ep.tls_servername : s->host;
+    if (rs__tp_tls_start(c->tls, ctx, name, s->port,
+                         rs__now_ns() + (uint64_t)timeout_ms * RS_NS_PER_MS, w, sizeof w) == 0)
+        return 0;
+    snprintf(why, whylen, "sentinel %s:%d: %s", s->host, s->port, w);
+    rs__ctx_free(ctx);
+    return -1;
+}
+
 /* One sentinel's answer for the master. 0 with out filled, else -1 with why set. */
 static int ask_sentinel(rs_client_t *c, const rs_node_t *s, long timeout_ms, rs_node_t *out,
                         char *why, size_t whylen)
@@ -74,10 +91,12 @@ static int ask_sentinel(rs_client_t *c, const rs_node_t *s, long timeout_ms, rs_
         snprintf(why, whylen, "sentinel %s:%d: %s", s->host, s->port,
                  ctx ? ctx->errstr : "out of memory");
         if (ctx)
-            redisFree(ctx);
+            rs__ctx_free(ctx);
         return -1;
     }
-    redisSetTimeout(ctx, tv);
+    if (sentinel_tls(c, ctx, s, timeout_ms, why, whylen) != 0)
+        return -1;
+    rs__tp_set_timeout(ctx, timeout_ms);
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", c->ep.master};
     size_t lens[3] = {8, 23, strlen(c->ep.master)};
     redisReply *r;
@@ -99,7 +118,7 @@ static int ask_sentinel(rs_client_t *c, const rs_node_t *s, long timeout_ms, rs_
                      r->type == REDIS_REPLY_ERROR ? r->str : "");
         freeReplyObject(r);
     }
-    redisFree(ctx);
+    rs__ctx_free(ctx);
     return rc;
 }
 
@@ -228,9 +247,14 @@ static void *watch_main(void *arg)
         redisContext *ctx = redisConnectWithTimeout(s->host, s->port, tv);
         redisReply *r = NULL;
         int ok = ctx && !ctx->err;
+        char why[200];
+        if (ok && sentinel_tls(c, ctx, s, ms, why, sizeof why) != 0) {
+            ctx = NULL, ok = 0;
+            rs__log(c, RS_LOG_WARN, "%s", why);
+        }
         if (ok) {
             fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
-            redisSetTimeout(ctx, tv);
+            rs__tp_set_timeout(ctx, ms);
             const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
             size_t lens[2] = {9, 14};
             ok = rs__ctx_command(ctx, 2, argv, lens, &r) == 0 && r->type == REDIS_REPLY_ARRAY;
@@ -239,8 +263,7 @@ static void *watch_main(void *arg)
         }
         pthread_mutex_lock(&c->sw.mu);
         if (ok && !c->sw.stop) {
-            struct timeval none = {0, 0};
-            redisSetTimeout(ctx, none);
+            rs__tp_set_timeout(ctx, 0);
             c->sw.fd = ctx->fd;
             backoff_ms = 50;
             pthread_mutex_unlock(&c->sw.mu);
@@ -264,7 +287,7 @@ static void *watch_main(void *arg)
             c->sw.fd = -1;
         }
         if (ctx)
-            redisFree(ctx);
+            rs__ctx_free(ctx);
         if (c->sw.stop)
             break;
         uint64_t until = rs__now_ns() + (uint64_t)backoff_ms * RS_NS_PER_MS;

@@ -2,12 +2,18 @@
  * url.c - parses the client URL into an rs_endpoint_t.
  *
  *   redis://[[user]:password@]host[:port][/db]     host may be [v6-literal]
+ *   rediss://...                                   redis:// over TLS (= redis://...?tls=1)
  *   unix:///path/to/socket[?db=N]
  *   redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[?db=N]
  *                                                  (sentinel port 26379 by default)
  *   redis-cluster://[[user]:password@]host[:port][,host[:port]...]   (database 0 only)
  *   redlock://[[user]:password@]host[:port],host[:port],host[:port][,...][/][?db=N]
  *                                                  (3 to RS_SEEDS_MAX distinct masters)
+ *
+ * Query options, '&'-separated: db=N (not Cluster), and on every TCP scheme the TLS options
+ * tls=0|1, tls_ca=PATH, tls_cert=PATH, tls_key=PATH, tls_servername=NAME, tls_verify=0|1
+ * (values percent-encoded). unix:// with tls=1, tls=0 with rediss://, a tls_ option without
+ * TLS, a certificate without its key and an unknown tls_ option are EINVAL.
  *
  * User and password may be percent-encoded. Messages name the faulty part but never repeat
  * the password. In redis-sentinel URLs the credentials are for the data nodes (the master);
@@ -76,16 +82,93 @@ static int parse_uint(const char *s, size_t n, long lo, long hi, long *out)
     return 0;
 }
 
-static int parse_db_query(rs_client_t *c, const char *q, rs_endpoint_t *ep)
+/* A file path or a name given as a query option's value (percent-decoded, not empty). */
+static int option_text(rs_client_t *c, const char *key, const char *v, size_t n, char *dst,
+                       size_t cap)
 {
-    /* only "db=N" is understood for now */
-    if (strncmp(q, "db=", 3) != 0)
-        return rs__fail(c, EINVAL, "bad URL: unknown query option in \"?%s\"", q);
-    long db;
-    if (parse_uint(q + 3, strlen(q + 3), 0, 1000000, &db) != 0)
-        return rs__fail(c, EINVAL, "bad URL: db must be a number, got \"%s\"", q + 3);
-    ep->db = (int)db;
+    if (n == 0)
+        return rs__fail(c, EINVAL, "bad URL: %s needs a value", key);
+    if (pct_decode(v, n, dst, cap) != 0)
+        return rs__fail(c, EINVAL, "bad URL: malformed or too long %s (at most %zu bytes)", key,
+                        cap - 1);
     return 0;
+}
+
+/* "0" or "1" */
+static int option_flag(rs_client_t *c, const char *key, const char *v, size_t n, int *out)
+{
+    if (n != 1 || (v[0] != '0' && v[0] != '1'))
+        return rs__fail(c, EINVAL, "bad URL: %s must be 0 or 1", key);
+    *out = v[0] - '0';
+    return 0;
+}
+
+/* One "key=value" of the query (n bytes at q). */
+static int parse_option(rs_client_t *c, const char *q, size_t n, rs_endpoint_t *ep, int allow_db)
+{
+    const char *eq = memchr(q, '=', n);
+    size_t klen = eq ? (size_t)(eq - q) : n;
+    const char *v = eq ? eq + 1 : q + n;
+    size_t vlen = eq ? n - klen - 1 : 0;
+#define KEY(s) (klen == sizeof s - 1 && memcmp(q, s, klen) == 0)
+    if (KEY("db") && allow_db) {
+        long db;
+        if (parse_uint(v, vlen, 0, 1000000, &db) != 0)
+            return rs__fail(c, EINVAL, "bad URL: db must be a number from 0 to 1000000");
+        ep->db = (int)db;
+        return 0;
+    }
+    if (KEY("tls")) {
+        int on = 0;
+        int rc = option_flag(c, "tls", v, vlen, &on);
+        if (rc)
+            return rc;
+        if (!on && ep->tls)
+            return rs__fail(c, EINVAL, "bad URL: tls=0 contradicts rediss:// (which is TLS)");
+        ep->tls = on;
+        return 0;
+    }
+    if (KEY("tls_verify"))
+        return option_flag(c, "tls_verify", v, vlen, &ep->tls_verify);
+    if (KEY("tls_ca"))
+        return option_text(c, "tls_ca", v, vlen, ep->tls_ca, sizeof ep->tls_ca);
+    if (KEY("tls_cert"))
+        return option_text(c, "tls_cert", v, vlen, ep->tls_cert, sizeof ep->tls_cert);
+    if (KEY("tls_key"))
+        return option_text(c, "tls_key", v, vlen, ep->tls_key, sizeof ep->tls_key);
+    if (KEY("tls_servername"))
+        return option_text(c, "tls_servername", v, vlen, ep->tls_servername,
+                           sizeof ep->tls_servername);
+#undef KEY
+    /* the key is echoed only when it looks like one (never a piece of a password) */
+    int plain = klen > 0 && klen <= 32;
+    for (size_t i = 0; i < klen && plain; i++)
+        plain = isalnum((unsigned char)q[i]) || q[i] == '_';
+    if (klen >= 4 && memcmp(q, "tls_", 4) == 0)
+        return rs__fail(c, EINVAL, "bad URL: unknown TLS option \"%.*s\" (known: tls, tls_ca, "
+                        "tls_cert, tls_key, tls_servername, tls_verify)",
+                        plain ? (int)klen : 4, q);
+    if (klen == 2 && memcmp(q, "db", 2) == 0)
+        return rs__fail(c, EINVAL, "bad URL: Cluster has no database but 0 (no db= option)");
+    if (!plain)
+        return rs__fail(c, EINVAL, "bad URL: unknown query option");
+    return rs__fail(c, EINVAL, "bad URL: unknown query option \"%.*s\"", (int)klen, q);
+}
+
+/* The query after '?': options separated by '&' (db=N where allowed, the tls options). */
+static int parse_query(rs_client_t *c, const char *q, rs_endpoint_t *ep, int allow_db)
+{
+    for (;;) {
+        size_t n = strcspn(q, "&");
+        if (n == 0)
+            return rs__fail(c, EINVAL, "bad URL: empty query option");
+        int rc = parse_option(c, q, n, ep, allow_db);
+        if (rc)
+            return rc;
+        if (q[n] == '\0')
+            return 0;
+        q += n + 1;
+    }
 }
 
 static int parse_unix(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
@@ -102,7 +185,7 @@ static int parse_unix(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
     ep->path[plen] = '\0';
     ep->unix_socket = 1;
     if (q)
-        return parse_db_query(c, q + 1, ep);
+        return parse_query(c, q + 1, ep, 1);
     return 0;
 }
 
@@ -209,7 +292,7 @@ static int parse_tcp(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
         end = dbs + n;
     }
     if (*end == '?')
-        return parse_db_query(c, end + 1, ep);
+        return parse_query(c, end + 1, ep, 1);
     if (*end != '\0')
         return rs__fail(c, EINVAL, "bad URL: unexpected \"%s\" at the end", end);
     return 0;
@@ -263,6 +346,8 @@ static int parse_cluster(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
         return rc;
     if (*end == '/')
         end++;
+    if (*end == '?')
+        return parse_query(c, end + 1, ep, 0);
     if (*end != '\0')
         return rs__fail(c, EINVAL, "bad URL: unexpected \"%s\" at the end (Cluster has no "
                         "database but 0)", end);
@@ -295,7 +380,7 @@ static int parse_sentinel(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
         return rs__fail(c, EINVAL, "bad URL: malformed or too long master name");
     const char *end = name + n;
     if (*end == '?')
-        return parse_db_query(c, end + 1, ep);
+        return parse_query(c, end + 1, ep, 1);
     if (*end != '\0')
         return rs__fail(c, EINVAL, "bad URL: unexpected \"%s\" at the end", end);
     return 0;
@@ -325,25 +410,88 @@ static int parse_redlock(rs_client_t *c, const char *rest, rs_endpoint_t *ep)
     if (*end == '/')
         end++;
     if (*end == '?')
-        return parse_db_query(c, end + 1, ep);
+        return parse_query(c, end + 1, ep, 1);
     if (*end != '\0')
         return rs__fail(c, EINVAL, "bad URL: unexpected \"%s\" at the end (redlock:// takes "
                         "only ?db=N after the masters)", end);
     return 0;
 }
 
+/* What the query's TLS options must agree on, whatever the scheme. */
+static int check_tls(rs_client_t *c, rs_endpoint_t *ep)
+{
+    int any = ep->tls_ca[0] || ep->tls_cert[0] || ep->tls_key[0] || ep->tls_servername[0] ||
+              !ep->tls_verify;
+    if (ep->tls && ep->unix_socket)
+        return rs__fail(c, EINVAL, "bad URL: unix:// does not take tls=1 (TLS is for TCP "
+                                   "connections)");
+    if (any && !ep->tls)
+        return rs__fail(c, EINVAL, "bad URL: tls_ options need rediss:// or tls=1");
+    if (!ep->tls_cert[0] != !ep->tls_key[0])
+        return rs__fail(c, EINVAL, "bad URL: %s (a client certificate needs its key, and a "
+                        "key its certificate)", ep->tls_cert[0] ? "tls_cert without tls_key"
+                                                                : "tls_key without tls_cert");
+    return 0;
+}
+
+static int parse_scheme(rs_client_t *c, const char *url, rs_endpoint_t *ep);
+
+/* Where the query of url begins: the first '?' followed by an option the parser knows (db=,
+ * tls=, tls_...), so that a '/', '@' or '?' inside an option's value (a file path) is never
+ * taken for part of the address; NULL if none. (A password containing "?tls" or "?db=" must
+ * be percent-encoded.) */
+static const char *query_start(const char *url)
+{
+    for (const char *p = strchr(url, '?'); p; p = strchr(p + 1, '?'))
+        if (strncmp(p + 1, "db=", 3) == 0 || strncmp(p + 1, "tls=", 4) == 0 ||
+            strncmp(p + 1, "tls_", 4) == 0)
+            return p;
+    return NULL;
+}
+
 int rs__url_parse(rs_client_t *c, const char *url, rs_endpoint_t *ep)
 {
     memset(ep, 0, sizeof *ep);
+    ep->tls_verify = 1;
+    int rc;
+    const char *q = url ? query_start(url) : NULL;
+    if (q) {
+        /* the address part alone, then the query */
+        char *head = strndup(url, (size_t)(q - url));
+        if (!head)
+            return rs__fail(c, ENOMEM, "out of memory");
+        rc = parse_scheme(c, head, ep);
+        free(head);
+        if (rc == 0)
+            rc = parse_query(c, q + 1, ep, ep->mode != RS_MODE_CLUSTER);
+    } else {
+        rc = parse_scheme(c, url, ep);
+    }
+    if (rc == 0)
+        rc = check_tls(c, ep);
+    if (rc) {
+        int keep = errno;
+        memset(ep, 0, sizeof *ep); /* no password left behind */
+        errno = keep;
+    }
+    return rc;
+}
+
+static int parse_scheme(rs_client_t *c, const char *url, rs_endpoint_t *ep)
+{
     if (!url || !*url)
         return rs__fail(c, EINVAL, "bad URL: empty");
     const char *sep = strstr(url, "://");
     if (!sep)
-        return rs__fail(c, EINVAL, "bad URL: no scheme (expected redis:// or unix://)");
+        return rs__fail(c, EINVAL, "bad URL: no scheme (expected redis://, rediss:// or unix://)");
     size_t slen = (size_t)(sep - url);
     const char *rest = sep + 3;
     if (slen == 5 && strncmp(url, "redis", 5) == 0)
         return parse_tcp(c, rest, ep);
+    if (slen == 6 && strncmp(url, "rediss", 6) == 0) {
+        ep->tls = 1;
+        return parse_tcp(c, rest, ep);
+    }
     if (slen == 4 && strncmp(url, "unix", 4) == 0)
         return parse_unix(c, rest, ep);
     if (slen == 14 && strncmp(url, "redis-sentinel", 14) == 0)
@@ -352,6 +500,6 @@ int rs__url_parse(rs_client_t *c, const char *url, rs_endpoint_t *ep)
         return parse_cluster(c, rest, ep);
     if (slen == 7 && strncmp(url, "redlock", 7) == 0)
         return parse_redlock(c, rest, ep);
-    return rs__fail(c, EINVAL, "bad URL: unknown scheme \"%.*s\" (expected redis:// or unix://)",
+    return rs__fail(c, EINVAL, "bad URL: unknown scheme \"%.*s\" (expected redis://, rediss:// or unix://)",
                     (int)(slen > 32 ? 32 : slen), url);
 }

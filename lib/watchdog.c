@@ -471,7 +471,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
     int confirm = c->min_replicas > 0;
     rs__round_begin(res, n, cut);
     if (*ctxp && node < 0 && c->wd.ctx_gen != rs__topo_gen(c)) {
-        redisFree(*ctxp); /* the master moved since it was opened */
+        rs__ctx_free(*ctxp); /* the master moved since it was opened */
         *ctxp = NULL;
     }
     if (!*ctxp && wd_connect(c, node, ctxp, batch, res, n, &cut) != 0) {
@@ -547,7 +547,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
     goto done;
 broken:
     if (*ctxp)
-        redisFree(*ctxp);
+        rs__ctx_free(*ctxp);
     *ctxp = NULL;
     rs__topo_changed(c); /* under Sentinel: perhaps a failover; the pool reconnects too */
     if (c->ep.mode == RS_MODE_CLUSTER)
@@ -756,12 +756,12 @@ static void *watchdog_main(void *arg)
 static void free_conns(rs_client_t *c)
 {
     if (c->wd.ctx) {
-        redisFree(c->wd.ctx);
+        rs__ctx_free(c->wd.ctx);
         c->wd.ctx = NULL;
     }
     for (int i = 0; i < RS_NODES_MAX; i++)
         if (c->wd.cctx[i]) {
-            redisFree(c->wd.cctx[i]);
+            rs__ctx_free(c->wd.cctx[i]);
             c->wd.cctx[i] = NULL;
         }
 }

@@ -20,6 +20,10 @@
 #                     handle and per client (mallinfo2), and heap and RSS over 1,000,000
 #                     lock/unlock cycles (bench/memory/memory.c); MEMORY_ARGS='CYCLES THREADS'
 #
+#   make bench        also runs build/redisync-bench-tls (or alone: make bench-tls): PING and
+#                     uncontended lock+unlock over plain and TLS, and a new TLS connection
+#                     with a full handshake against a resumed session (bench/tls/tls.c)
+#
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
 #
@@ -35,56 +39,29 @@ STORM_ARGS ?=
 # what bench-peers runs: redisync's mutex and the raw floor next to the three peers
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
-.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock
+.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls
 
-HOLDS_BIN := $(BUILDDIR)/redisync-holds
-HOLDS_OBJS := $(OBJ)/bench/holds/holds.o
-MEMORY_BIN := $(BUILDDIR)/redisync-memory
-MEMORY_OBJS := $(OBJ)/bench/memory/memory.o
-MEMORY_ARGS ?= 1000000 4
-
-REDLOCK_BIN := $(BUILDDIR)/redisync-redlock
-REDLOCK_OBJS := $(OBJ)/bench/redlock/redlock.o
-REDLOCK_ARGS ?= 4 2 8 32
+# The one-program benchmarks: bench/DIR/DIR.c builds BIN, which make bench-DIR runs with
+# $(ARGSVAR) (default DEFAULT). $(call small_bench,DIR,BIN,ARGSVAR,DEFAULT)
+define small_bench
+$(3) ?= $(4)
+bench-$(1): | deps
+	@$$(MAKE) --no-print-directory $(2)
+	$(2) $$($(3))
+$$(OBJ)/bench/$(1)/%.o: bench/$(1)/%.c $$(LIB_A) | $$(GEN)/scripts.h
+	@mkdir -p $$(@D)
+	$$(COMPILE_PROG) -c $$< -o $$@
+$(2): $$(OBJ)/bench/$(1)/$(1).o $$(SUPPORT_OBJS) $$(LIB_A)
+	@mkdir -p $$(@D)
+	$$(LINK_PROG) -o $$@ $$(OBJ)/bench/$(1)/$(1).o $$(SUPPORT_OBJS) $$(PROG_LIBS)
+endef
+$(eval $(call small_bench,holds,$(BUILDDIR)/redisync-holds,HOLDS_ARGS,10000 10))
+$(eval $(call small_bench,memory,$(BUILDDIR)/redisync-memory,MEMORY_ARGS,1000000 4))
+$(eval $(call small_bench,redlock,$(BUILDDIR)/redisync-redlock,REDLOCK_ARGS,4 2 8 32))
+$(eval $(call small_bench,tls,$(BUILDDIR)/redisync-bench-tls,TLSB_ARGS,4000))
 
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
-bench: bench-contention bench-holds bench-memory bench-redlock
-
-bench-redlock: | deps
-	@$(MAKE) --no-print-directory $(REDLOCK_BIN)
-	$(REDLOCK_BIN) $(REDLOCK_ARGS)
-
-$(OBJ)/bench/redlock/%.o: bench/redlock/%.c $(LIB_A) | $(GEN)/scripts.h
-	@mkdir -p $(@D)
-	$(COMPILE_PROG) -c $< -o $@
-
-$(REDLOCK_BIN): $(REDLOCK_OBJS) $(SUPPORT_OBJS) $(LIB_A)
-	@mkdir -p $(@D)
-	$(LINK_PROG) -o $@ $(REDLOCK_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
-
-bench-memory: | deps
-	@$(MAKE) --no-print-directory $(MEMORY_BIN)
-	$(MEMORY_BIN) $(MEMORY_ARGS)
-
-$(OBJ)/bench/memory/%.o: bench/memory/%.c $(LIB_A) | $(GEN)/scripts.h
-	@mkdir -p $(@D)
-	$(COMPILE_PROG) -c $< -o $@
-
-$(MEMORY_BIN): $(MEMORY_OBJS) $(SUPPORT_OBJS) $(LIB_A)
-	@mkdir -p $(@D)
-	$(LINK_PROG) -o $@ $(MEMORY_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
-
-bench-holds: | deps
-	@$(MAKE) --no-print-directory $(HOLDS_BIN)
-	$(HOLDS_BIN) 10000 10
-
-$(OBJ)/bench/holds/%.o: bench/holds/%.c $(LIB_A) | $(GEN)/scripts.h
-	@mkdir -p $(@D)
-	$(COMPILE_PROG) -c $< -o $@
-
-$(HOLDS_BIN): $(HOLDS_OBJS) $(SUPPORT_OBJS) $(LIB_A)
-	@mkdir -p $(@D)
-	$(LINK_PROG) -o $@ $(HOLDS_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
+bench: bench-contention bench-holds bench-memory bench-redlock bench-tls
 
 bench-contention: | deps
 	@sh bench/deps.sh
@@ -107,4 +84,4 @@ $(STORM_BIN): $(STORM_OBJS) $(SUPPORT_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
 	$(LINK_PROG) -o $@ $(STORM_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
 
--include $(STORM_OBJS:.o=.d) $(HOLDS_OBJS:.o=.d) $(MEMORY_OBJS:.o=.d)
+-include $(STORM_OBJS:.o=.d) $(HOLDS_OBJS:.o=.d) $(MEMORY_OBJS:.o=.d) $(TLSB_OBJS:.o=.d)

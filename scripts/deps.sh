@@ -19,6 +19,8 @@ set -eu
 # gcc, make, pkg-config: the build. libhiredis-dev: the library's one dependency.
 # libcriterion-dev: the tests. redis-server, redis-tools (redis-cli): the tests' servers.
 PKGS="gcc make pkg-config libhiredis-dev libcriterion-dev redis-server redis-tools"
+# libssl-dev: the TLS transport (OpenSSL 3). openssl: the TLS tests make their certificates.
+PKGS="$PKGS libssl-dev openssl"
 # clang, libclang-rt-14-dev (its sanitizer and libFuzzer runtimes), valgrind: mk/checks.mk.
 PKGS="$PKGS clang libclang-rt-14-dev valgrind"
 PKGS="$PKGS ${RS_EXTRA_PKGS:-}"

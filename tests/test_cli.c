@@ -32,6 +32,7 @@
 #include "redis_server.h"
 #include "test_assert.h"
 #include "test_cli.h"
+#include "tls.h"
 
 TestSuite(cli, .timeout = 60);
 
@@ -547,4 +548,35 @@ Test(cli, release_force, .init = setup, .fini = teardown)
     /* nothing left */
     cr_assert_eq(run("rel2", "release", "--force", "-k", "mutex", "rel", NULL), 0);
     cr_expect(strstr(out_of("rel2"), "nothing was held") != NULL, "out: %s", out_of("rel2"));
+}
+
+/* rediss:// with the TLS options: the command runs over TLS; a certificate that does not
+ * verify is 69 with one line saying so; an unknown tls_ option is a usage error (2). */
+Test(cli, tls_urls, .init = setup, .fini = teardown)
+{
+    tt_certs_t t;
+    cr_assert_eq(tt_certs_make(&t), 0);
+    ts_server_t s;
+    int port;
+    cr_assert_eq(tt_server_start(&s, &port, &t, NULL, 0), 0);
+    char url[1024];
+    snprintf(url, sizeof url, "rediss://%s127.0.0.1:%d?tls_ca=%s", ts_acl_userinfo(), port, t.ca);
+    cr_expect_eq(run_env("tls", NULL, 0, "-u", url, "lock", "x", "--", "touch", "ran", NULL), 0,
+                 "stderr: %s", err_of("tls"));
+    cr_expect(file_exists("ran"));
+
+    snprintf(url, sizeof url, "rediss://127.0.0.1:%d?tls_ca=%s", port, t.other_ca);
+    cr_expect_eq(run_env("tlsca", NULL, 0, "-u", url, "lock", "x", "--", "touch", "ran2", NULL),
+                 69);
+    const char *e = err_of("tlsca");
+    cr_expect_eq(count_lines(e), 1, "one line: %s", e);
+    cr_expect(strstr(e, "redisync:") && strstr(e, "certificate verify failed"), "stderr: %s", e);
+    cr_expect(!file_exists("ran2"));
+
+    cr_expect_eq(run_env("tlsopt", NULL, 0, "-u", "rediss://127.0.0.1:1?tls_nope=1", "lock", "x",
+                         "--", "touch", "ran3", NULL),
+                 2);
+    cr_expect(strstr(err_of("tlsopt"), "unknown TLS option"), "stderr: %s", err_of("tlsopt"));
+    ts_server_stop(&s);
+    tt_certs_free(&t);
 }

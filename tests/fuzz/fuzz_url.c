@@ -12,6 +12,7 @@
  *    "redis://user:CANARY@" and "redis://:CANARY@", as the part after "redis://" followed by
  *    ":CANARY@localhost", and as the scheme of "://u:CANARY@localhost"; no failure message
  *    may contain the canary. (A unix:// URL has no password: its junk may be echoed.)
+ *    The TLS options (rediss://, tls=, tls_ca=, ...) must be consistent: see check_endpoint.
  * 3. When the URL is invalid, rs_client_open with the fuzzed configuration: it checks the
  *    configuration and allocates the client before it parses the URL, so it must fail with
  *    EINVAL, leave *out NULL and free everything (LeakSanitizer) without connecting anywhere.
@@ -70,6 +71,24 @@ static void check_endpoint(const rs_endpoint_t *ep, const char *url)
         fail("db out of range accepted", url);
     if (!ep->has_pass && (ep->pass[0] || ep->user[0]))
         fail("credentials without has_pass", url);
+    /* TLS options: terminated, never on a unix socket, never without tls, a certificate
+     * only with its key */
+    if (!terminated(ep->tls_ca, sizeof ep->tls_ca) ||
+        !terminated(ep->tls_cert, sizeof ep->tls_cert) ||
+        !terminated(ep->tls_key, sizeof ep->tls_key) ||
+        !terminated(ep->tls_servername, sizeof ep->tls_servername))
+        fail("a TLS field is not NUL-terminated", url);
+    if (ep->tls != 0 && ep->tls != 1)
+        fail("tls is neither 0 nor 1", url);
+    if (ep->tls && ep->unix_socket)
+        fail("unix:// with tls accepted", url);
+    if (!ep->tls && (ep->tls_ca[0] || ep->tls_cert[0] || ep->tls_key[0] ||
+                     ep->tls_servername[0] || !ep->tls_verify))
+        fail("a tls_ option accepted without tls", url);
+    if (!ep->tls_cert[0] != !ep->tls_key[0])
+        fail("a client certificate without its key (or a key without it) accepted", url);
+    if (strncmp(url, "rediss://", 9) == 0 && !ep->tls)
+        fail("rediss:// without tls", url);
 }
 
 static int parse(const char *url, rs_endpoint_t *ep)

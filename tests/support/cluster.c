@@ -37,13 +37,24 @@ static int cluster_ok(const ts_server_t *s, int n)
 
 int ts_cluster_start(ts_server_t *nodes, int n)
 {
+    return ts_cluster_start_ex(nodes, n, NULL);
+}
+
+int ts_cluster_start_ex(ts_server_t *nodes, int n, const char *const *const *extra)
+{
     memset(nodes, 0, sizeof *nodes * (size_t)n);
-    for (int i = 0; i < n; i++)
-        if (ts_server_start(&nodes[i], "--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
-                            "--cluster-config-file", "nodes.conf", NULL) != 0) {
+    for (int i = 0; i < n; i++) {
+        const char *args[40] = {"--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
+                                "--cluster-config-file", "nodes.conf"};
+        int k = 6;
+        for (int j = 0; extra && extra[i] && extra[i][j] && k < 39; j++)
+            args[k++] = extra[i][j];
+        args[k] = NULL;
+        if (ts_server_startv(&nodes[i], args) != 0) {
             ts_cluster_stop(nodes, n);
             return -1;
         }
+    }
     char *argv[32];
     char addr[16][32];
     int k = 0;

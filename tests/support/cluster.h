@@ -16,6 +16,8 @@ extern "C" {
 #endif
 
 int ts_cluster_start(ts_server_t *nodes, int n);
+/* The same with extra[i] (NULL-terminated, or NULL) added to node i's arguments. */
+int ts_cluster_start_ex(ts_server_t *nodes, int n, const char *const *const *extra);
 void ts_cluster_stop(ts_server_t *nodes, int n);
 
 /* The node id (CLUSTER MYID) of s into buf (41 bytes); NULL on error. */

@@ -664,6 +664,17 @@ int ts_server_start(ts_server_t *s, ...)
     return ts_server_startv(s, args);
 }
 
+int ts_reserve_port(int bus)
+{
+    ts_reg_t r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_lock(&g_lock);
+    int port = pick_port(&r, bus);
+    pthread_mutex_unlock(&g_lock);
+    /* the socket stays open (close-on-exec) until the process exits */
+    return port;
+}
+
 void ts_server_kill(ts_server_t *s)
 {
     if (s->pid <= 0)

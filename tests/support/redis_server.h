@@ -66,6 +66,12 @@ typedef struct ts_server {
 int ts_server_start(ts_server_t *s, ...);
 int ts_server_startv(ts_server_t *s, const char *const *args);
 
+/* Reserves one more free 127.0.0.1 port the way servers' ports are reserved (bound, not
+ * listening, SO_REUSEADDR) and keeps it until this process exits: for a second listener of
+ * a server, e.g. "--tls-port P". bus: P+10000 too (a cluster node with tls-cluster yes has
+ * its bus there). The port, or -1. */
+int ts_reserve_port(int bus);
+
 /* SIGKILL (whole process group) + waitpid; keeps port, dir, args and the port reservation. */
 void ts_server_kill(ts_server_t *s);
 

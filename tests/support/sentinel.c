@@ -58,6 +58,13 @@ static pid_t spawn_sentinel(const ts_server_t *s, const char *conf)
 int ts_sentinel_start(ts_server_t *s, const char *name, int master_port, int quorum,
                       long down_after_ms, long failover_timeout_ms)
 {
+    return ts_sentinel_start_ex(s, name, master_port, quorum, down_after_ms, failover_timeout_ms,
+                                NULL);
+}
+
+int ts_sentinel_start_ex(ts_server_t *s, const char *name, int master_port, int quorum,
+                         long down_after_ms, long failover_timeout_ms, const char *extra)
+{
     if (ts_server_start(s, NULL) != 0)
         return -1;
     ts_server_kill(s); /* keeps the port reserved and the dir */
@@ -75,6 +82,8 @@ int ts_sentinel_start(ts_server_t *s, const char *name, int master_port, int quo
                "sentinel failover-timeout %s %ld\n",
             s->port, s->dir, s->dir, name, master_port, quorum, name, down_after_ms, name,
             failover_timeout_ms);
+    if (extra)
+        fputs(extra, f);
     fclose(f);
     pid_t pid = spawn_sentinel(s, conf);
     if (pid < 0) {

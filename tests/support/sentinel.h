@@ -21,6 +21,9 @@ extern "C" {
  * down-after-milliseconds and failover-timeout. 0, or -1 with *s stopped. */
 int ts_sentinel_start(ts_server_t *s, const char *name, int master_port, int quorum,
                       long down_after_ms, long failover_timeout_ms);
+/* The same with conf (lines ending in newlines, or NULL) added to its sentinel.conf. */
+int ts_sentinel_start_ex(ts_server_t *s, const char *name, int master_port, int quorum,
+                         long down_after_ms, long failover_timeout_ms, const char *conf);
 
 /* The port of the master this sentinel names for NAME now, or -1. */
 int ts_sentinel_master_port(const ts_server_t *s, const char *name);
