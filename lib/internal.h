@@ -423,6 +423,29 @@ int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), v
 int rs__rl_quorum(const rs_client_t *c); /* N/2 + 1 */
 /* Frees the connections kept for late replies (rs_client_close, a failed open, a fork). */
 void rs__rl_forget(rs_client_t *c);
+/* rlround.c: the masters (bit i of a mask is master i) and one round on all of them */
+unsigned rs__rl_all_mask(const rs_client_t *c);
+long rs__rl_ms_left(uint64_t deadline); /* ms until deadline (monotonic ns), rounded up */
+int rs__rl_is_down(rs_client_t *c, int i); /* marked down: not dialled while others suffice */
+void rs__rl_mark(rs_client_t *c, int i, int up);
+/* Dials the masters of want without a connection (those not marked down first, the others
+ * only if have plus those do not make a quorum), each with at most half of what is left
+ * until deadline; dial(arg, i, budget_ms) returns 0 when connected. How many it connected. */
+int rs__rl_dial_all(rs_client_t *c, unsigned want, int have, uint64_t deadline,
+                    int (*dial)(void *arg, int i, long budget_ms), void *arg);
+/* Command j of a round, for one master (the same for all). */
+typedef void (*rs_rl_build_fn)(void *arg, int j, rs_argv_t *out);
+/* Writes commands 0..ncmd-1 on every ctx[i] != NULL, reads the replies of all together
+ * until deadline or until `enough` answered and the rest had as long again; rep[i * ncmd
+ * + j]. Returns the masters whose connection failed; those that still owe replies go to
+ * *late (late NULL: to the result). */
+unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *arg, int ncmd,
+                       int enough, uint64_t deadline, redisReply **rep, unsigned *late);
+/* One script call on the masters of mask within budget_ms, from the pool; rep[i] master i's
+ * reply (NULL: no answer; transient errors count as none); masters with a reply are
+ * skipped; NOSCRIPT loads the script and sends again within the round. */
+void rs__rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                  unsigned mask, long budget_ms, redisReply **rep);
 /* At open: a quorum of the masters reachable (and none refusing AUTH/SELECT) within
  * timeout_ms. 0, RS_ECONN, RS_ESERVER. */
 int rs__rl_open(rs_client_t *c);
