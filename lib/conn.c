@@ -289,6 +289,16 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
     }
     if (rc == 0) {
         rs__tp_set_timeout(ctx, io_timeout_ms > 0 ? io_timeout_ms : 0);
+        if (c->log) {
+            /* what redisync -v shows: where each connection goes and whether it is encrypted */
+            char how[128];
+            rs__tp_describe(ctx, how, sizeof how);
+            if (ep->unix_socket)
+                rs__log(c, RS_LOG_INFO, "connected to unix:%s", ep->path);
+            else
+                rs__log(c, RS_LOG_INFO, "connected to %s:%d over %s%s", node->host, node->port,
+                        how, rs__tp_reused(ctx) ? " (TLS session resumed)" : "");
+        }
         *out = ctx;
         return 0;
     }

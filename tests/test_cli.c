@@ -564,6 +564,10 @@ Test(cli, tls_urls, .init = setup, .fini = teardown)
     cr_expect_eq(run_env("tls", NULL, 0, "-u", url, "lock", "x", "--", "touch", "ran", NULL), 0,
                  "stderr: %s", err_of("tls"));
     cr_expect(file_exists("ran"));
+    /* -v (and info -v) say that the connection is encrypted, and with what */
+    snprintf(url, sizeof url, "rediss://%s127.0.0.1:%d?tls_ca=%s", ts_acl_userinfo(), port, t.ca);
+    run_env("tlsv", NULL, 0, "-u", url, "-v", "info", "-k", "mutex", "x", NULL);
+    cr_expect(strstr(err_of("tlsv"), "over TLSv1."), "stderr: %s", err_of("tlsv"));
 
     snprintf(url, sizeof url, "rediss://127.0.0.1:%d?tls_ca=%s", port, t.other_ca);
     cr_expect_eq(run_env("tlsca", NULL, 0, "-u", url, "lock", "x", "--", "touch", "ran2", NULL),
