@@ -49,8 +49,13 @@ int rs__decode_info(const char *kind, const redisReply *r, rs_info_t *out)
     out->count = (long)int_at(r, 8);
     for (size_t i = 9, k = 0; i < r->elements && k < RS_INFO_HOLDERS; i++, k++) {
         const redisReply *e = r->element[i];
-        if (e && e->type == REDIS_REPLY_STRING && e->str)
-            snprintf(out->holders[k], sizeof out->holders[k], "%s", e->str);
+        if (e && e->type == REDIS_REPLY_STRING && e->str) {
+            /* the route "PUBLICID:N" only: the secret after it is what makes a grant message
+             * unforgeable (lib/hold.c), and inspection must not hand it out */
+            const char *sep = memchr(e->str, RS_ACQID_SEP, e->len);
+            int len = (int)(sep ? (size_t)(sep - e->str) : e->len);
+            snprintf(out->holders[k], sizeof out->holders[k], "%.*s", len, e->str);
+        }
     }
     return 0;
 }

@@ -474,6 +474,12 @@ Test(cli, info_mutex_and_sem, .init = setup, .fini = teardown)
     cr_expect(strstr(o, "kind:      mutex\n") != NULL, "out: %s", o);
     cr_expect(strstr(o, "holders:   1\n") != NULL, "out: %s", o);
     cr_expect(strstr(o, "holder:    ") != NULL, "out: %s", o);
+    /* the holder's acquisition id without its secret (PUBLICID:N, never PUBLICID:N.SECRET:
+     * the secret is what makes a grant message unforgeable) */
+    const char *hl = strstr(o, "holder:    ");
+    const char *eol = hl ? strchr(hl, '\n') : NULL;
+    const char *dot = hl ? strchr(hl, '.') : NULL;
+    cr_expect(hl && eol && (!dot || dot > eol), "the secret is shown: %s", o);
     cr_expect(strstr(o, "fence:     ") != NULL && !strstr(o, "fence:     0\n"), "out: %s", o);
     cr_expect(strstr(o, "waiters:   0\n") != NULL, "out: %s", o);
     cr_expect(strstr(o, "remaining: ") != NULL && !strstr(o, "remaining: -"), "out: %s", o);
