@@ -69,6 +69,8 @@ typedef struct scenario {
     int min_replicas;     /* the workers' rs_config_t.min_replicas (WAIT-confirmed holds) */
     int redlock;          /* 1: three masters (appendonly, fsync always), redlock:// URL;
                              every server fault hits one master, drawn at random */
+    int tls;              /* 1: the data server speaks TLS (certificates made at start), the
+                             workers use rediss://; faults go through its plain admin port */
 } scenario_t;
 
 extern const char *prim_names[];

@@ -49,6 +49,7 @@
 #include "redis_server.h"
 #include "redisync.h"
 #include "sentinel.h"
+#include "tls.h"
 
 #define FX_MASTER "fxmaster"
 
@@ -66,24 +67,28 @@
  * RS_ECONN may or may not have been applied, and the test could not tell whether to send it
  * again): its timeout_ms (3000) outlasts every stall. */
 static const scenario_t scenarios[] = {
-    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock */
-    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0},
-    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0},
-    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0},
-    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0},
-    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0},
-    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0},
+    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock tls */
+    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0},
+    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0},
+    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0},
+    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0},
+    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0},
+    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0, 0},
     /* Sentinel: failovers (one per 14 s at most: the old master is demoted about 10 s after
      * the switch) among process faults; holds WAIT-confirmed by the replica (min_replicas 1),
      * so every invariant must hold across them, tokens included; holder kills and stops
      * between them (every dead or frozen waiter in a queue costs the lock up to a lease, and
      * the other scenarios cover those: fewer kinds here keep waits within the 15 s bound) */
     {"mutex-failover", P_MUTEX, 0, 8,    32,  1000, 3000,   FB(F_FAILOVER) | FB(F_KILL_HOLDER) | FB(F_STOP_HOLDER),
-                                                                                              2,  0,  0,    0,    1, 1, 0},
+                                                                                              2,  0,  0,    0,    1, 1, 0, 0},
     /* Redlock: three masters with their data (a master restarted without it can let a second
      * holder in: docs/deployments.md), every server fault on one master at a time; the lock
      * wait column shows whether waiters are woken (issue 17: they slept through leases) */
-    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1},
+    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0},
+    /* TLS: every library connection is a TLS session (rediss://); kills of connections cut
+     * sessions mid-reply, restarts under load make every client reconnect and resume its
+     * session, stalls hold handshakes (issue 12) */
+    {"mutex-tls",    P_MUTEX,  1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 0, 1},
 };
 #define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 
@@ -115,6 +120,7 @@ typedef struct run {
     ts_server_t sent[3];      /* the three sentinels; Redlock: data, replica[0], replica[1]
                                  are the three masters */
     redisContext *rlconn[2];  /* Redlock: the driver's connections to replica[0] and [1] */
+    tt_certs_t certs;         /* TLS: the certificates of the scenario (removed at its end) */
     char url[600];            /* what the workers use */
     char ports[96];           /* every port a worker's sockets may go to (the I7 check) */
     redisContext *dconn;      /* the driver's connection to the data server */
@@ -435,6 +441,20 @@ static int inject(run_t *R)
  * (and can replicate again) about 10 s after the switch. */
 static int start_sentinel_topology(run_t *R);
 
+/* A data server speaking TLS (plain port for the driver's faults only); R->url is its
+ * rediss:// URL with the test CA. */
+static int start_tls_server(run_t *R)
+{
+    int port;
+    const char *aof[] = {"--appendonly", "yes", "--appendfsync", "always", NULL};
+    if (tt_certs_make(&R->certs) != 0 ||
+        tt_server_startx(&R->data, &port, &R->certs, NULL, 0, R->sc->persist ? aof : NULL) != 0)
+        return -1;
+    snprintf(R->url, sizeof R->url, "rediss://127.0.0.1:%d?tls_ca=%s", port, R->certs.ca);
+    snprintf(R->ports, sizeof R->ports, "%d", port);
+    return 0;
+}
+
 /* Three masters with their data (R->data, R->replica[0], R->replica[1]); R->url is the
  * redlock:// URL of the three. */
 static int start_redlock_masters(run_t *R)
@@ -509,9 +529,10 @@ static void run_scenario(run_t *R)
     freeReplyObject(ck_cmd(R->ck, "FLUSHALL"));
     int rc = sc->sentinel ? start_sentinel_topology(R)
              : sc->redlock ? start_redlock_masters(R)
+             : sc->tls ? start_tls_server(R)
              : sc->persist ? ts_server_start(&R->data, "--appendonly", "yes", "--appendfsync", "always", NULL)
                            : ts_server_start(&R->data, NULL);
-    if (!sc->sentinel && !sc->redlock) {
+    if (!sc->sentinel && !sc->redlock && !sc->tls) {
         snprintf(R->url, sizeof R->url, "%s", R->data.url);
         snprintf(R->ports, sizeof R->ports, "%d", R->data.port);
     }
@@ -667,6 +688,8 @@ static void run_scenario(run_t *R)
             ts_server_stop(&R->replica[i]);
     }
     ts_server_stop(&R->data);
+    if (sc->tls)
+        tt_certs_free(&R->certs);
     res->seconds = (double)(now_us() - started) / 1e6;
     if (g_verbose)
         printf("    quiet phase %.1f s, %ld keys left (all with TTL: %s)\n", quiet_s, keys, no_ttl ? "no" : "yes");
@@ -758,7 +781,8 @@ int main(int argc, char **argv)
         res[k].sc = &scenarios[k];
         R.res = &res[k];
         printf("== %s: %s%s, %s, %d processes, %d s of faults, lease %ld ms, timeout %ld ms\n",
-               sc.name, prim_names[sc.prim], sc.redlock ? " on 3 redlock masters" : "",
+               sc.name, prim_names[sc.prim], sc.redlock ? " on 3 redlock masters"
+                                             : sc.tls ? " over TLS" : "",
                sc.persist ? "appendonly+fsync always" : "no persistence", sc.procs, sc.seconds,
                sc.lease_ms, sc.timeout_ms);
         run_scenario(&R);
