@@ -295,6 +295,29 @@ RS_API int rs_multilock_unlock(rs_multilock_t *ml);
 RS_API int rs_multilock_destroy(rs_multilock_t *ml);
 
 /* ---------------------------------------------------------------------------------------
+ * Once: a fleet-wide pthread_once. fn runs in exactly one caller at a time across every
+ * process until a call succeeds (fn returns 0); the others wait without polling and return
+ * 0 without calling fn once it succeeded. The runner holds a lease (renewed by the
+ * watchdog, reported by on_lost; fence is its fencing token): if fn fails (non-zero: run
+ * returns that value to its caller only), or the runner dies or loses its lease, the next
+ * waiter runs fn instead. The success mark lasts 30 days after its last run or state.
+ * run blocks; timedrun gives up with ETIMEDOUT (nothing left queued beyond its entry's
+ * lease). RS_ELOST from run: fn returned 0 but the run hold had been lost meanwhile, so the
+ * mark is not set and the next runner runs fn again (fence fn's effects with fence).
+ * Errors: EINVAL (NULL once or fn, bad abstime), RS_ECONN, RS_ESERVER (also WRONGTYPE on a
+ * foreign key), ENOTSUP under redlock://, ECANCELED (closing), RS_EFORK, ENOMEM.
+ * destroy is EBUSY while a thread of this process is inside run. Thread-safe.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_once rs_once_t;
+RS_API int rs_once_init(rs_once_t **o, rs_client_t *c, const char *name);
+RS_API int rs_once_run(rs_once_t *o, int (*fn)(void *arg, uint64_t fence), void *arg);
+RS_API int rs_once_timedrun(rs_once_t *o, int (*fn)(void *arg, uint64_t fence), void *arg,
+                            const struct timespec *abstime);
+RS_API int rs_once_state(rs_once_t *o, int *done);   /* *done 1 once a run has succeeded */
+RS_API int rs_once_reset(rs_once_t *o);              /* operators: forget the success */
+RS_API int rs_once_destroy(rs_once_t *o);
+
+/* ---------------------------------------------------------------------------------------
  * Holds as objects: a hold that belongs to the program, not to the thread that took it, for
  * thread pools, event loops and FFI callers whose work moves between threads.
  *
@@ -332,7 +355,7 @@ RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known
 
 /* ---------------------------------------------------------------------------------------
  * Inspection, for operators and the command-line tool. Read-only except rs_force_release.
- * kind is one of "mutex", "rmutex", "rwlock", "sem", "latch".
+ * kind is one of "mutex", "rmutex", "rwlock", "sem", "latch", "once".
  * ------------------------------------------------------------------------------------- */
 #define RS_INFO_HOLDERS 8
 typedef struct rs_info {
@@ -349,7 +372,8 @@ typedef struct rs_info {
                                writer); 0 for readers, permits and latches */
     long size, free;        /* sem: size and free permits; -1 otherwise */
     long count;             /* latch: count (-1 never armed); mutex, rmutex: the holder's
-                               hold count (1 for a mutex) while held; else -1 */
+                               hold count (1 for a mutex) while held; once: 1 when done, 0
+                               not yet (a holder is the runner); else -1 */
     void *reserved[8];
 } rs_info_t;
 

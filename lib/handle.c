@@ -314,6 +314,10 @@ int rs__decode_grant(const rs_call_t *k, const redisReply *r, rs_attempt_t *out)
         if (v == -1)
             return rs__fail(c, EDEADLK, "this thread already holds %s \"%.*s\"", k->h->kind,
                             RS_HNAME(k->h));
+        if (v == 2) { /* the primitive is done: nothing to wait for or to hold (once.lua) */
+            out->done = 1;
+            return 0;
+        }
         if (v == 1 && r->elements >= 3) {
             out->granted = 1;
             out->fence = reply_u64(r->element[1]);
@@ -458,6 +462,10 @@ int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out)
     rs_attempt_t at;
     const rs_acquire_ops_t *ops = c->ep.mode == RS_MODE_REDLOCK ? &rs__rl_ops : &generic_ops;
     int rc = rs__wait_acquire(c, ops, k, k->acqid, try_only, deadline, &at);
+    if (rc == 0 && at.done) {
+        rs__hold_discard(hold); /* *out stays NULL: done, nothing held */
+        return 0;
+    }
     if (rc == 0 && at.granted) {
         rs__hold_granted(k, hold, at.fence, at.ttl_ms, at.sent_ns);
         *out = hold;

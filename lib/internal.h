@@ -391,6 +391,7 @@ void rs__notify_topology(rs_client_t *c);
 /* The outcome of one acquisition attempt, filled by a primitive's attempt(). */
 typedef struct rs_attempt {
     int granted;       /* 1: the caller holds it now */
+    int done;          /* 1: nothing to hold any more (once: a run succeeded) */
     int queued;        /* 1: the caller waits in the Redis queue */
     long retry_ms;     /* busy: retry after at most this long (the holder's remaining lease) */
     long ttl_ms;       /* granted: lease left on the hold when Redis answered */

@@ -25,7 +25,7 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
     memset(out, 0, sizeof *out);
     if (try_only || deadline_ns <= rs__now_ns()) {
         int rc = ops->attempt(ctx, 0, out);
-        if (rc != 0 || out->granted)
+        if (rc != 0 || out->granted || out->done)
             return rc;
         return try_only ? EBUSY : rs__fail(c, ETIMEDOUT, "deadline passed");
     }
@@ -36,7 +36,7 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
      * always: a wake-up is only published for an attempt that queued, so none is lost. */
     if (!rs__notify_ready(c)) {
         int rc = ops->attempt(ctx, 0, out);
-        if (rc != 0 || out->granted)
+        if (rc != 0 || out->granted || out->done)
             return rc;
     }
     rs_waiter_t w;
@@ -48,7 +48,7 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
     int queued = 0;
     for (;;) {
         rc = ops->attempt(ctx, 1, out);
-        if (rc != 0 || out->granted)
+        if (rc != 0 || out->granted || out->done)
             break;
         queued |= out->queued;
         if (out->seen_fence > fence_floor)
@@ -98,7 +98,7 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
         if (wake == RS_WAKE_CANCEL || (wake == RS_WAKE_TIMEOUT && rs__now_ns() >= deadline_ns)) {
             /* leave the queue; it may turn out we were granted meanwhile, then keep it */
             int crc = ops->cancel(ctx, out);
-            if (crc == 0 && out->granted)
+            if (crc == 0 && (out->granted || out->done))
                 rc = 0;
             else if (wake == RS_WAKE_CANCEL)
                 rc = rs__fail(c, ECANCELED, "the client is closing");

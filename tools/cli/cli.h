@@ -60,7 +60,7 @@ int parse_seconds(const char *s, double *out);
 int parse_uint(const char *s, unsigned long max, unsigned long *out);
 struct timespec deadline_after(double seconds);
 /* the kinds -k takes, in the order info and list show them */
-#define NKINDS 5
+#define NKINDS 6
 extern const char *const kinds[NKINDS];
 int known_kind(const char *k);
 void log_cb(int level, const char *text, void *arg);
@@ -71,8 +71,14 @@ int call_failed(rs_client_t *c, int rc, const char *what);
 void config_from(rs_config_t *cfg, const opts_t *o);
 
 /* hold.c: lock, rdlock, wrlock, sem */
-typedef enum { H_MUTEX, H_READ, H_WRITE, H_SEM } hkind_t;
+typedef enum { H_MUTEX, H_READ, H_WRITE, H_SEM, H_ONCE } hkind_t;
 int run_holding(hkind_t kind, const opts_t *o, const char *name, char **command);
+/* COMMAND's environment: ours with REDISYNC_NAME and REDISYNC_FENCE set (NULL: no memory) */
+char **command_env(const char *name, uint64_t fence);
+void command_env_free(char **env);
+
+/* once.c: COMMAND on one machine until it succeeds */
+int run_once(const opts_t *o, const char *name, char **command);
 
 /* ops.c */
 int run_latch(const opts_t *o, const char *name, int action, unsigned long arm_n);

@@ -78,6 +78,8 @@ static const char *hold_desc(hkind_t k)
         return "the write lock of the rwlock";
     case H_SEM:
         return "a permit of the semaphore";
+    case H_ONCE: /* once.c */
+        break;
     }
     return "?";
 }
@@ -91,7 +93,8 @@ static int hold_init(hold_t *h, rs_client_t *c, unsigned long permits)
     case H_WRITE:
         return rs_rwlock_init(&h->rw, c, h->name);
     case H_SEM:
-        return rs_sem_init(&h->s, c, h->name, (unsigned)permits);
+        return rs_sem_init(&h->s, c, h->name, (unsigned)permits);    case H_ONCE: /* once.c */
+        break;
     }
     return EINVAL;
 }
@@ -115,7 +118,8 @@ static int hold_acquire(hold_t *h, int mode, const struct timespec *abstime)
     case H_SEM:
         return mode == 0 ? rs_sem_wait(h->s)
              : mode == 1 ? rs_sem_trywait(h->s)
-                         : rs_sem_timedwait(h->s, abstime);
+                         : rs_sem_timedwait(h->s, abstime);    case H_ONCE: /* once.c */
+        break;
     }
     return EINVAL;
 }
@@ -129,7 +133,8 @@ static int hold_release(hold_t *h)
     case H_WRITE:
         return rs_rwlock_unlock(h->rw);
     case H_SEM:
-        return rs_sem_post(h->s);
+        return rs_sem_post(h->s);    case H_ONCE: /* once.c */
+        break;
     }
     return EINVAL;
 }
@@ -144,7 +149,8 @@ static uint64_t hold_fence(const hold_t *h)
     case H_WRITE:
         return rs_rwlock_fence(h->rw);
     case H_SEM:
-        return rs_sem_fence(h->s);
+        return rs_sem_fence(h->s);    case H_ONCE: /* once.c */
+        break;
     }
     return 0;
 }
@@ -355,7 +361,7 @@ static int check_interrupted(rs_client_t **c)
 }
 
 /* The environment of COMMAND: ours without REDISYNC_NAME/REDISYNC_FENCE, plus both. */
-static char **command_env(const char *name, uint64_t fence)
+char **command_env(const char *name, uint64_t fence)
 {
     size_t n = 0;
     for (char **e = environ; e && *e; e++)
@@ -384,7 +390,7 @@ static char **command_env(const char *name, uint64_t fence)
     return env;
 }
 
-static void command_env_free(char **env)
+void command_env_free(char **env)
 {
     if (!env)
         return;

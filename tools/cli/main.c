@@ -180,6 +180,7 @@ static int main_holding(const char *sub, int argc, char **argv, opts_t *o)
     hkind_t kind = strcmp(sub, "lock") == 0     ? H_MUTEX
                  : strcmp(sub, "rdlock") == 0   ? H_READ
                  : strcmp(sub, "wrlock") == 0   ? H_WRITE
+                 : strcmp(sub, "once") == 0     ? H_ONCE
                                                 : H_SEM;
     /* -n is flock's --nonblock, except on sem, where it is the count (--nonblock there) */
     const char *shorts = kind == H_SEM ? "+:u:vhVw:l:E:n:c:sxeoF" : "+:u:vhVw:l:E:nc:sxeoF";
@@ -263,15 +264,25 @@ static int main_holding(const char *sub, int argc, char **argv, opts_t *o)
     }
     if (o->cmdline && optind < argc)
         return usage_error("%s: give -c CMDLINE or COMMAND, not both", sub);
+    char **command = optind < argc ? argv + optind : NULL;
+    static char sh[] = "sh", dash_c[] = "-c";
+    static char *argv_sh[4];
     if (o->cmdline) {
-        static char sh[] = "sh", dash_c[] = "-c";
-        static char *argv_sh[4];
         argv_sh[0] = sh;
         argv_sh[1] = dash_c;
         argv_sh[2] = (char *)o->cmdline;
         argv_sh[3] = NULL;
-        return run_holding(kind, o, name, argv_sh);
+        command = argv_sh;
     }
+    if (kind == H_ONCE) {
+        if (!command)
+            return usage_error("once: COMMAND is missing (once NAME -- COMMAND [ARG...])");
+        if (o->kill_on_lost)
+            return usage_error("once: --kill-on-lost is for the holding subcommands");
+        return run_once(o, name, command);
+    }
+    if (o->cmdline)
+        return run_holding(kind, o, name, argv_sh);
     if (optind >= argc && all_digits(name))
         return usage_error("%s: '%s' looks like flock's file-descriptor form (flock [options] "
                            "FD), which has no counterpart: the hold is in Redis, not on a "
@@ -316,7 +327,7 @@ static int main_other(const char *sub, int argc, char **argv, opts_t *o)
             if (is_latch || is_list)
                 return usage_error("%s: -k is not an option here", sub);
             if (!known_kind(optarg))
-                return usage_error("-k: unknown kind '%s' (mutex, rmutex, rwlock, sem, latch)",
+                return usage_error("-k: unknown kind '%s' (mutex, rmutex, rwlock, sem, latch, once)",
                                    optarg);
             o->kind = optarg;
             break;
@@ -403,7 +414,7 @@ int main(int argc, char **argv)
     int sargc = argc - optind;
     char **sargv = argv + optind;
     if (!strcmp(sub, "lock") || !strcmp(sub, "rdlock") || !strcmp(sub, "wrlock") ||
-        !strcmp(sub, "sem"))
+        !strcmp(sub, "sem") || !strcmp(sub, "once"))
         return main_holding(sub, sargc, sargv, &o);
     if (!strcmp(sub, "latch") || !strcmp(sub, "info") || !strcmp(sub, "list") ||
         !strcmp(sub, "release"))

@@ -136,6 +136,8 @@ static void print_info(const rs_info_t *in, const char *name)
     }
     if (strcmp(in->kind, "rmutex") == 0 && in->count >= 0)
         printf("count:     %ld\n", in->count);
+    if (strcmp(in->kind, "once") == 0)
+        printf("done:      %s\n", in->count == 1 ? "yes" : "no (a runner holds it, or none yet)");
     if (is_latch) {
         if (in->count >= 0)
             printf("count:     %ld\n", in->count);

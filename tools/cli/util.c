@@ -61,6 +61,8 @@ void print_help(FILE *f)
 "  %1$s [-u URL] lock|rdlock|wrlock|sem [OPTIONS] NAME -c 'CMDLINE'   (runs sh -c CMDLINE)\n"
 "  %1$s [-u URL] lock|rdlock|wrlock|sem [OPTIONS] NAME   (prints the fencing token, holds\n"
 "                                                       until SIGINT or SIGTERM)\n"
+"  %1$s [-u URL] once [-w SECONDS] [-l SECONDS] [-E CODE] NAME -- COMMAND [ARG...]\n"
+"                 (COMMAND on one machine until it exits 0; the others wait, then exit 0)\n"
 "  %1$s [-u URL] latch NAME (--arm N | --down | --wait [-w SECONDS] [-E CODE] | --count)\n"
 "  %1$s [-u URL] info [-k KIND] NAME\n"
 "  %1$s [-u URL] list [PATTERN]\n"
@@ -81,7 +83,7 @@ void print_help(FILE *f)
 "      --kill-on-lost     send SIGTERM to COMMAND as soon as the hold is lost, SIGKILL\n"
 "                         --kill-after SECONDS later (default 10) if it still runs\n"
 "  -n, --permits N        sem: size of the semaphore when it is created\n"
-"  -k, --kind KIND        mutex, rmutex, rwlock, sem or latch\n"
+"  -k, --kind KIND        mutex, rmutex, rwlock, sem, latch or once\n"
 "  -v, --verbose          say how long the wait took and what runs; show the library's log\n"
 "  -h, --help             show this help and exit\n"
 "  -V, --version          show the version and exit\n"
@@ -138,7 +140,7 @@ struct timespec deadline_after(double seconds)
     return ts;
 }
 
-const char *const kinds[] = {"mutex", "rmutex", "rwlock", "sem", "latch"};
+const char *const kinds[] = {"mutex", "rmutex", "rwlock", "sem", "latch", "once"};
 
 int known_kind(const char *k)
 {
