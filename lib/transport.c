@@ -68,6 +68,7 @@ typedef struct rs_tp {
     int eof;            /* the peer closed (read returned 0) */
     int first;          /* the first byte the peer sent, -1 before any */
     int fatal;          /* a TLS protocol error (not the network): never worth a retry */
+    int cert_asked;     /* the server asked for a client certificate and got none */
     int reused;         /* the handshake resumed a session */
     pthread_mutex_t mu; /* the SSL calls */
     char key[272];
@@ -212,6 +213,18 @@ static int check_readable(const char *what, const char *path, char *err, size_t 
     return 0;
 }
 
+/* Called when the server asks for a client certificate and none is configured (OpenSSL
+ * calls it only then): noted, so that the failure that follows can say why; none is sent. */
+static int cert_asked(SSL *ssl, X509 **x509, EVP_PKEY **pkey)
+{
+    (void)x509;
+    (void)pkey;
+    rs_tp_t *tp = SSL_get_app_data(ssl);
+    if (tp)
+        tp->cert_asked = 1;
+    return 0;
+}
+
 int rs__tls_new(const rs_endpoint_t *ep, rs_tls_t **out, char *err, size_t errlen)
 {
     *out = NULL;
@@ -244,6 +257,8 @@ int rs__tls_new(const rs_endpoint_t *ep, rs_tls_t **out, char *err, size_t errle
     SSL_CTX_set_session_cache_mode(t->ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     SSL_CTX_sess_set_new_cb(t->ctx, new_session);
     SSL_CTX_set_verify(t->ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+    if (!t->has_cert)
+        SSL_CTX_set_client_cert_cb(t->ctx, cert_asked);
     if (ep->tls_ca[0]) {
         if (check_readable("tls_ca", ep->tls_ca, err, errlen))
             goto fail;
@@ -387,6 +402,12 @@ static void tls_failure(rs_tp_t *tp, int sslerr, const char *name, char *out, si
         snprintf(out, outlen, "the server requires a client certificate (tls_cert and tls_key"
                  "%s): %s", tp->tls->has_cert ? " were refused" : " are not set",
                  ERR_reason_error_string(last));
+    } else if (tp->cert_asked) {
+        /* TLS 1.3 refuses a missing certificate after the handshake: the server's alert is
+         * often lost, as it closes with our first command unread (a reset), so say what we
+         * know: it asked, we had none */
+        snprintf(out, outlen, "the server requires a client certificate (tls_cert and tls_key "
+                 "are not set): it asked for one, then closed the connection");
     } else if (last) {
         const char *r = ERR_reason_error_string(last);
         snprintf(out, outlen, "TLS failed: %s", r ? r : "unknown OpenSSL error");
