@@ -381,9 +381,11 @@ static void heal(chan_t *C, redisContext *ck)
     snprintf(rec, sizeof rec, "%c:%d:%lld:%lld", C->kind, C->kind == 'F' ? -1 : C->slot,
              (long long)C->t_cut, (long long)t_heal);
     freeReplyObject(ck_cmd(ck, "RPUSH net %s", rec));
+    char who[16];
+    snprintf(who, sizeof who, "w%d", C->slot);
     if (g_verbose_net)
-        printf("    %12s  healed %s%.0d after %lld ms\n", "", C->kind == 'F' ? "everyone" : "w",
-               C->kind == 'F' ? 0 : C->slot, (long long)(t_heal - C->t_cut) / 1000);
+        printf("    %12s  healed %s after %lld ms\n", "", C->kind == 'F' ? "everyone" : who,
+               (long long)(t_heal - C->t_cut) / 1000);
     C->state = 0;
 }
 
@@ -493,7 +495,7 @@ void net_heal_all(redisContext *ck)
 typedef struct nsec {
     int slot;
     char name[16];
-    int64_t t_acq, t_rel, t_lost;
+    int64_t t_req, t_acq, t_rel, t_lost;
     int rc;
     long onlost;
 } nsec_t;
@@ -520,13 +522,13 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
     nsec_t *s = calloc(n ? n : 1, sizeof *s);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        long long a, b, lost = 0;
+        long long a, b, req = 0, lost = 0;
         int gen;
         unsigned long long f;
-        if (sscanf(list->element[i]->str, "%d %d %15s %llu %lld %lld %d %*d %*d %*u %*c %ld %*d %lld",
-                   &s[m].slot, &gen, s[m].name, &f, &a, &b, &s[m].rc, &s[m].onlost, &lost) < 8)
+        if (sscanf(list->element[i]->str, "%d %d %15s %llu %lld %lld %d %*d %*d %*u %*c %ld %lld %lld",
+                   &s[m].slot, &gen, s[m].name, &f, &a, &b, &s[m].rc, &s[m].onlost, &req, &lost) < 9)
             continue;
-        s[m].t_acq = a, s[m].t_rel = b, s[m].t_lost = lost;
+        s[m].t_req = req, s[m].t_acq = a, s[m].t_rel = b, s[m].t_lost = lost;
         m++;
     }
     freeReplyObject(list);
@@ -553,15 +555,30 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
         for (int w = 0; w < sc->procs; w++) {
             if (slot >= 0 && w != slot)
                 continue;
-            int64_t best = -1;
+            size_t best = m;
             for (size_t i = 0; i < m; i++)
-                if (s[i].slot == w && s[i].t_acq > th && (best < 0 || s[i].t_acq < best))
-                    best = s[i].t_acq;
-            if (best >= 0) {
-                push(&r->recover, &r->nrecover, best - th);
-                if (best - th > bound_us)
-                    r->recover_slow++;
-            }
+                if (s[i].slot == w && s[i].t_acq > th && (best == m || s[i].t_acq < s[best].t_acq))
+                    best = i;
+            if (best == m)
+                continue;
+            push(&r->recover, &r->nrecover, s[best].t_acq - th);
+            if (s[best].t_acq - th <= bound_us)
+                continue;
+            /* Slower than lease + timeout_ms: a failure to recover only if nobody else held
+             * that name while this worker waited for it (else it queued behind a holder,
+             * possibly another cut one: contention, not recovery). */
+            int64_t from = s[best].t_req > th ? s[best].t_req : th;
+            int contended = 0;
+            for (size_t j = 0; j < m && !contended; j++)
+                contended = s[j].slot != w && strcmp(s[j].name, s[best].name) == 0 &&
+                            s[j].t_acq < s[best].t_acq && s[j].t_rel > from;
+            r->recover_slow += !contended;
+            printf("    %s recovery: w%d granted %s %.0f ms after the heal of cut %c; its lock "
+                   "call began %+.0f ms from the heal and waited %.0f ms%s\n",
+                   contended ? "late" : "SLOW", w, s[best].name,
+                   (double)(s[best].t_acq - th) / 1e3, kind, (double)(s[best].t_req - th) / 1e3,
+                   (double)(s[best].t_acq - s[best].t_req) / 1e3,
+                   contended ? " (behind another holder of the name: contention)" : "");
         }
         /* the holds the cut caught: detection, takeover, on_lost before the takeover */
         for (size_t i = 0; i < m; i++) {
@@ -612,9 +629,9 @@ int net_report(const scenario_t *scen, int nscen, const result_t *res, const int
            "cut holder; takeover: cut -> next grant of its name to another worker; recovery: "
            "heal -> the cut worker's next grant; late: on_lost after that takeover):\n");
     printf("%-15s %5s %7s %11s %11s %6s %11s %11s %5s %11s %6s\n", "scenario", "cuts", "holders",
-           "detect ms", "detect", "false", "takeover ms", "recovery ms", "late", "recovery >", "viol");
+           "detect ms", "detect", "false", "takeover ms", "recovery ms", "late", "slow recov", "viol");
     printf("%-15s %5s %7s %11s %11s %6s %11s %11s %5s %11s %6s\n", "", "", "cut", "p50/max",
-           "/lease", "lost", "p50/max", "p50/max", "", "lease+tmo", "");
+           "/lease", "lost", "p50/max", "p50/max", "", "uncontend", "");
     for (int k = 0; k < nscen; k++) {
         if (!ran[k])
             continue;
@@ -632,10 +649,12 @@ int net_report(const scenario_t *scen, int nscen, const result_t *res, const int
         printf("%-15s %5ld %7ld %11s %11s %6s %11s %11s %5ld %11ld %6ld\n", scen[k].name,
                r->net_cuts, r->cut_holders, d, dl, fl, t, rc, r->onlost_late, r->recover_slow,
                total_viol(r));
-        if (r->false_lost)
+        if (r->false_lost || r->recover_slow)
             failed = 1;
     }
     printf("(false lost: net-slow-lossy only, where Redis kept every hold: any RS_ELOST or "
-           "on_lost there is false and fails the run)\n");
+           "on_lost there is false; slow recov: a cut worker granted again later than lease + "
+           "timeout_ms after the heal although nobody else held that name meanwhile; either "
+           "fails the run, as does a late on_lost, an I6 violation)\n");
     return failed;
 }
