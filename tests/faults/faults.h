@@ -196,6 +196,8 @@ typedef struct result {
     long recover_slow;          /* recoveries later than lease + timeout_ms */
     long false_lost;            /* net-slow-lossy: RS_ELOST or on_lost (Redis kept every hold) */
     long onlost_late;           /* a cut holder's on_lost after another worker's grant */
+    int64_t margin_min;         /* the least time from a cut holder's on_lost to that grant */
+    long margin_n;
 } result_t;
 
 /* A restart window (for the loss check of a restart without persistence). */

@@ -2,7 +2,11 @@
  * main.c - the driver of the fault-injection suite (make test-faults; tests/faults/).
  *
  *   build/redisync-faults [--seed N] [--only NAME[,NAME...]] [--scale PCT] [--verbose] [--list]
- *                         [--sabotage]
+ *                         [--sabotage] [--net]
+ *
+ * --net runs the network scenarios instead (net.c: black holes, one-way partitions, delay
+ * with loss, flaps, made with iptables), and only inside the network namespace that
+ * tests/network/run.sh creates for them (make test-network).
  *
  * For each scenario (one per primitive, the mutex twice: with and without persistence, and
  * once more on a Sentinel deployment) the driver starts a data redis-server (appendonly yes +
