@@ -595,6 +595,31 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
                 push(&r->detect, &r->ndetect, s[i].t_lost - tc);
             if (take >= 0 && kind != 'F')
                 push(&r->ntake, &r->nntake, take - tc);
+            if (take >= 0 && kind != 'F' && take - tc > lease_us * 3 / 2) {
+                /* (Redis gave the hold up a lease after the last renewal that reached it;
+                 * later than that, say who took the name and which other cuts were on) */
+                size_t tk = 0;
+                for (size_t j = 0; j < m; j++)
+                    if (s[j].t_acq == take && strcmp(s[j].name, s[i].name) == 0)
+                        tk = j;
+                char others[256] = "";
+                for (size_t c2 = 0; c2 < cuts->elements; c2++) {
+                    char k2;
+                    int sl2;
+                    long long a2, b2;
+                    if (c2 != c && sscanf(cuts->element[c2]->str, "%c:%d:%lld:%lld", &k2, &sl2,
+                                          &a2, &b2) == 4 && a2 < take && b2 > tc)
+                        snprintf(others + strlen(others), sizeof others - strlen(others),
+                                 " %c w%d [%+.0f, %+.0f] ms", k2, sl2, (double)(a2 - tc) / 1e3,
+                                 (double)(b2 - tc) / 1e3);
+                }
+                printf("    slow takeover: %s of cut %c w%d taken by w%d %.0f ms after the cut "
+                       "(its lock call began %+.0f ms from the cut); on_lost %+.0f ms; other "
+                       "cuts then:%s\n", s[i].name, kind, s[i].slot, s[tk].slot,
+                       (double)(take - tc) / 1e3, (double)(s[tk].t_req - tc) / 1e3,
+                       s[i].t_lost ? (double)(s[i].t_lost - tc) / 1e3 : 0.0,
+                       others[0] ? others : " none");
+            }
             /* still in its section a lease after the cut: its hold had expired before it
              * let go, so on_lost was due (a holder that called unlock earlier gave the hold
              * up itself: its unlock says RS_ECONN or RS_ELOST, and no on_lost is due) */
