@@ -12,6 +12,9 @@
 #   make check-asan   deps, then library and suite rebuilt under build/asan/ with ASan+UBSan
 #   make demo         deps, then builds and runs build/redisync-demo (tools/demo.c)
 #   make bench        deps, then builds and runs build/redisync-bench (bench/*.c); not in test
+#   make test-network deps, then the fault suite in a network namespace of its own: black
+#                     holes, one-way partitions, delay + loss, flaps (mk/network.mk; make
+#                     test-network-ci is the CI-sized run; needs root)
 #   make load         deps, then the load test: 64 processes x 4 threads on 16 names for 60 s
 #                     (mk/load.mk; make load-ci is the CI-sized run)
 #   make install      header, libraries, redisync.pc, the command and the man pages
@@ -357,6 +360,7 @@ uninstall:
 -include mk/checks.mk
 -include mk/bench.mk
 -include mk/faults.mk
+-include mk/network.mk
 -include mk/load.mk
 
 clean:

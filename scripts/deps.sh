@@ -23,6 +23,9 @@ PKGS="gcc make pkg-config libhiredis-dev libcriterion-dev redis-server redis-too
 PKGS="$PKGS libssl-dev openssl"
 # clang, libclang-rt-14-dev (its sanitizer and libFuzzer runtimes), valgrind: mk/checks.mk.
 PKGS="$PKGS clang libclang-rt-14-dev valgrind"
+# iproute2 (ip netns), iptables, libnetfilter-queue-dev (build/redisync-delayq): the network
+# fault suite, make test-network (mk/network.mk).
+PKGS="$PKGS iproute2 iptables libnetfilter-queue-dev"
 PKGS="$PKGS ${RS_EXTRA_PKGS:-}"
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -21,7 +21,8 @@ const char *const fault_names[F_COUNT] = {
     "kill9-holder", "kill9-waiter", "stop-holder",  "stop-any",
     "restart-aof",  "restart-lose", "client-pause", "debug-sleep",
     "client-kill",  "kill-normal",  "kill-pubsub",  "script-flush",
-    "failover",
+    "failover",     "net-blackhole", "net-oneway", "net-slow-loss",
+    "net-flap",
 };
 
 const char *const viol_names[V_COUNT] = {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "live", "api"};

@@ -8,6 +8,9 @@
  *              the data server, recorded on the checker
  *   check.c    the invariants, computed from what the workers recorded on the checker
  *   checker.c  the checker's scripts and the small hiredis helpers every part uses
+ *   topology.c the deployments a scenario runs on (Sentinel, Redlock masters)
+ *   net.c      network faults (--net, make test-network): iptables rules inside the test's
+ *              own network namespace, the delay program, the network figures
  *
  * Two redis-servers per run: the *data* server the library uses (faults hit it) and the
  * *checker* (never touched by a fault) where workers record every critical section and run
@@ -44,12 +47,21 @@ typedef enum {
     F_SCRIPT_FLUSH,    /* SCRIPT FLUSH (the library reloads on NOSCRIPT) */
     F_FAILOVER,        /* SENTINEL FAILOVER: the replica becomes the master, the old master
                           is demoted some seconds later (sentinel scenarios only) */
+    F_NET_BLACKHOLE,   /* every packet of one worker's connections to the data server
+                          dropped (no RST) for 1.5-2.5 leases, then healed (net.c) */
+    F_NET_ONEWAY,      /* the same, replies only: requests arrive, replies do not */
+    F_NET_SLOW_LOSSY,  /* 100 +- 25 ms each way and 5 % loss on every data link, all along */
+    F_NET_FLAP,        /* the data port dropped for everyone for 1-3 s */
     F_COUNT
 } fault_t;
 
 extern const char *const fault_names[F_COUNT];
 
 #define FB(k) (1u << (k))
+
+/* Network scenarios (net.c): which fault a --net scenario injects. */
+typedef enum { NET_NONE, NET_BLACKHOLE, NET_ONEWAY, NET_SLOW_LOSSY, NET_FLAP } netkind_t;
+#define NET_GID0 20000 /* --net: worker SLOT runs with group id NET_GID0 + SLOT */
 
 typedef struct scenario {
     const char *name;
@@ -69,6 +81,7 @@ typedef struct scenario {
     int min_replicas;     /* the workers' rs_config_t.min_replicas (WAIT-confirmed holds) */
     int redlock;          /* 1: three masters (appendonly, fsync always), redlock:// URL;
                              every server fault hits one master, drawn at random */
+    int net;              /* netkind_t: a network scenario (only with --net) */
     int tls;              /* 1: the data server speaks TLS (certificates made at start), the
                              workers use rediss://; faults go through its plain admin port */
 } scenario_t;
@@ -174,6 +187,19 @@ typedef struct result {
     int nwaits;
     double seconds;
     int setup_failed;
+    /* network scenarios (net.c, net_check); times in us */
+    long net_cuts, cut_holders; /* cuts; holds that a cut caught */
+    int64_t *detect;            /* cut -> on_lost of a hold the cut caught */
+    int ndetect;
+    int64_t *ntake;             /* cut -> the next grant of that name to another worker */
+    int nntake;
+    int64_t *recover;           /* heal -> the cut worker's next grant */
+    int nrecover;
+    long recover_slow;          /* recoveries later than lease + timeout_ms */
+    long false_lost;            /* net-slow-lossy: RS_ELOST or on_lost (Redis kept every hold) */
+    long onlost_late;           /* a cut holder's on_lost after another worker's grant */
+    int64_t margin_min;         /* the least time from a cut holder's on_lost to that grant */
+    long margin_n;
 } result_t;
 
 /* A restart window (for the loss check of a restart without persistence). */
@@ -189,10 +215,10 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
 void viol(result_t *r, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- the tables (report.c) ------------------------------------------------------------ */
-/* Prints the tables of the scenarios that ran (ran[k]); returns 1 if any had a violation or
- * failed to set up, else 0. */
+/* Prints the tables of the scenarios that ran (ran[k]) and the closing line "LABEL: ok" or
+ * "LABEL: FAILED"; returns 1 if failed was set or any had a violation or failed to set up. */
 int report_print(const scenario_t *scenarios, int nscen, const result_t *res, const int *ran,
-                 uint64_t seed, int64_t elapsed_us);
+                 uint64_t seed, int64_t elapsed_us, const char *label, int failed);
 long total_viol(const result_t *r);
 
 /* ---- the worker (worker.c) ------------------------------------------------------------ */
@@ -212,5 +238,37 @@ int inject_script_flush(redisContext **conn, struct ts_server *data);
 int inject_failover(struct ts_server *s, const char *name);
 /* Counts the keys under prefix: and those without a TTL (PTTL -1); prints the first few. */
 int scan_ttls(struct ts_server *data, const char *prefix, long *keys, long *no_ttl);
+
+/* ---- deployments (topology.c) --------------------------------------------------------- */
+/* Three masters with their data (appendonly, fsync always); url gets the redlock:// URL,
+ * ports the comma-separated ports. */
+int start_redlock_masters(struct ts_server *m[3], char *url, size_t urllen, char *ports,
+                          size_t portslen);
+/* A master (data), two replicas and three sentinels watching master_name; url gets the
+ * redis-sentinel:// URL, ports every port. */
+int start_sentinel_topology(struct ts_server *data, struct ts_server *replica,
+                            struct ts_server *sent, const char *master_name, char *url,
+                            size_t urllen, char *ports, size_t portslen);
+/* The server the sentinels name master now (data when none answers). */
+struct ts_server *current_master(struct ts_server *data, struct ts_server *replica,
+                                 struct ts_server *sent, const char *master_name);
+
+/* ---- the network (net.c; --net, make test-network) ------------------------------------ */
+extern const scenario_t net_scenarios[];
+extern const int net_nscen;
+/* --net: 0 when this process runs inside the namespace run.sh made (RS_NETNS), never the
+ * root's, and build/redisync-delayq exists; installs the atexit and signal clean-ups. */
+int net_guard(int verbose);
+int net_child(int slot);    /* in a forked worker before exec: group id NET_GID0 + slot */
+/* Scenario start (before the workers): the connmark rules; the delay and loss of
+ * net-slow-lossy. 0 or -1. */
+int net_begin(const scenario_t *sc, int data_port, uint64_t seed);
+/* Called every 10 ms of the faults phase: cuts and heals; the kind injected or -1. */
+int net_tick(redisContext *ck, uint64_t *rng, result_t *res, char *detail, size_t len);
+void net_heal_all(redisContext *ck); /* end of the faults phase: heal, release a waiter */
+void net_end(void);                  /* every rule removed, the delay program stopped */
+void net_check(redisContext *ck, const scenario_t *sc, result_t *r);
+/* The network figures table; 1 if a net-slow-lossy run had a false loss report. */
+int net_report(const scenario_t *scen, int nscen, const result_t *res, const int *ran);
 
 #endif

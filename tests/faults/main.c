@@ -2,7 +2,11 @@
  * main.c - the driver of the fault-injection suite (make test-faults; tests/faults/).
  *
  *   build/redisync-faults [--seed N] [--only NAME[,NAME...]] [--scale PCT] [--verbose] [--list]
- *                         [--sabotage]
+ *                         [--sabotage] [--net]
+ *
+ * --net runs the network scenarios instead (net.c: black holes, one-way partitions, delay
+ * with loss, flaps, made with iptables), and only inside the network namespace that
+ * tests/network/run.sh creates for them (make test-network).
  *
  * For each scenario (one per primitive, the mutex twice: with and without persistence, and
  * once more on a Sentinel deployment) the driver starts a data redis-server (appendonly yes +
@@ -67,34 +71,35 @@
  * RS_ECONN may or may not have been applied, and the test could not tell whether to send it
  * again): its timeout_ms (3000) outlasts every stall. */
 static const scenario_t scenarios[] = {
-    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock tls */
-    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0},
-    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0},
-    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0},
-    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0},
-    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0},
-    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0, 0},
+    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock net tls */
+    {"mutex-aof",    P_MUTEX,  1,  10,   24,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0},
+    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0},
+    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0},
+    {"rwlock-aof",   P_RWLOCK, 1,  10,   22,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0},
+    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0, 0},
+    {"latch-aof",    P_LATCH,  1,  10,   20,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0, 0, 0},
     /* Sentinel: failovers (one per 14 s at most: the old master is demoted about 10 s after
      * the switch) among process faults; holds WAIT-confirmed by the replica (min_replicas 1),
      * so every invariant must hold across them, tokens included; holder kills and stops
      * between them (every dead or frozen waiter in a queue costs the lock up to a lease, and
      * the other scenarios cover those: fewer kinds here keep waits within the 15 s bound) */
     {"mutex-failover", P_MUTEX, 0, 8,    32,  1000, 3000,   FB(F_FAILOVER) | FB(F_KILL_HOLDER) | FB(F_STOP_HOLDER),
-                                                                                              2,  0,  0,    0,    1, 1, 0, 0},
+                                                                                              2,  0,  0,    0,    1, 1, 0, 0, 0},
     /* Redlock: three masters with their data (a master restarted without it can let a second
      * holder in: docs/deployments.md), every server fault on one master at a time; the lock
      * wait column shows whether waiters are woken (issue 17: they slept through leases) */
-    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0},
+    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0, 0},
     /* TLS: every library connection is a TLS session (rediss://); kills of connections cut
      * sessions mid-reply, restarts under load make every client reconnect and resume its
      * session, stalls hold handshakes (issue 12) */
-    {"mutex-tls",    P_MUTEX,  1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 0, 1},
+    {"mutex-tls",    P_MUTEX,  1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 0, 0, 1},
 };
 #define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 
 #define PROGRESS_WINDOW_US 8000000
 #define QUIET_BOUND_US 20000000
 #define MAX_PROCS 16
+#define MAX_SCEN 16
 #define MAX_STOPPED 3
 
 typedef struct slot {
@@ -139,6 +144,7 @@ typedef struct run {
 static char g_exe[4096];
 static int g_verbose;
 static int g_sabotage; /* --sabotage: workers sometimes skip the lock; the checks must fail */
+static int g_net;      /* --net: the network scenarios (net.c), inside run.sh's namespace */
 
 static long long slot_count(run_t *R, int i)
 {
@@ -188,6 +194,8 @@ static pid_t spawn(run_t *R, int i)
         /* no inherited descriptor: the worker counts its own sockets to the data server */
         for (int fd = 3; fd < 1024; fd++)
             close(fd);
+        if (g_net && net_child(i) != 0)
+            _exit(126);
         execv(g_exe, argv);
         _exit(127);
     }
@@ -435,12 +443,6 @@ static int inject(run_t *R)
     return -1;
 }
 
-/* A master (R->data), two replicas and three sentinels; R->url names them for the workers.
- * Two replicas, as a min_replicas = 1 deployment would run: during a failover the sentinels
- * point the other replica at the new master at once, while the old master is only demoted
- * (and can replicate again) about 10 s after the switch. */
-static int start_sentinel_topology(run_t *R);
-
 /* A data server speaking TLS (plain port for the driver's faults only); R->url is its
  * rediss:// URL with the test CA. */
 static int start_tls_server(run_t *R)
@@ -455,67 +457,6 @@ static int start_tls_server(run_t *R)
     return 0;
 }
 
-/* Three masters with their data (R->data, R->replica[0], R->replica[1]); R->url is the
- * redlock:// URL of the three. */
-static int start_redlock_masters(run_t *R)
-{
-    ts_server_t *m[3] = {&R->data, &R->replica[0], &R->replica[1]};
-    int n = snprintf(R->url, sizeof R->url, "redlock://");
-    int np = 0;
-    for (int i = 0; i < 3; i++) {
-        if (ts_server_start(m[i], "--appendonly", "yes", "--appendfsync", "always", NULL) != 0)
-            return -1;
-        n += snprintf(R->url + n, sizeof R->url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",
-                      m[i]->port);
-        np += snprintf(R->ports + np, sizeof R->ports - (size_t)np, "%s%d", i ? "," : "",
-                       m[i]->port);
-    }
-    return 0;
-}
-
-static int start_sentinel_topology(run_t *R)
-{
-    if (ts_server_start(&R->data, "--repl-diskless-sync-delay", "0", NULL) != 0)
-        return -1;
-    char mp[16];
-    snprintf(mp, sizeof mp, "%d", R->data.port);
-    for (int i = 0; i < 2; i++)
-        if (ts_server_start(&R->replica[i], "--replicaof", "127.0.0.1", mp,
-                            "--repl-diskless-sync-delay", "0", NULL) != 0 ||
-            ts_wait_replica_up(&R->replica[i], 15000) != 0)
-            return -1;
-    if (ts_wait_replicas_online(&R->data, 2, 15000) != 0)
-        return -1;
-    int n = snprintf(R->url, sizeof R->url, "redis-sentinel://");
-    int np = snprintf(R->ports, sizeof R->ports, "%d,%d,%d", R->data.port, R->replica[0].port,
-                      R->replica[1].port);
-    for (int i = 0; i < 3; i++) {
-        if (ts_sentinel_start(&R->sent[i], FX_MASTER, R->data.port, 2, 1000, 5000) != 0)
-            return -1;
-        n += snprintf(R->url + n, sizeof R->url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",
-                      R->sent[i].port);
-        np += snprintf(R->ports + np, sizeof R->ports - (size_t)np, ",%d", R->sent[i].port);
-    }
-    snprintf(R->url + n, sizeof R->url - (size_t)n, "/%s", FX_MASTER);
-    return 0;
-}
-
-/* The server the sentinels name master now (the keys live there). */
-static ts_server_t *current_master(run_t *R)
-{
-    if (!R->sc->sentinel)
-        return &R->data;
-    for (int i = 0; i < 3; i++) {
-        int port = ts_sentinel_master_port(&R->sent[i], FX_MASTER);
-        for (int j = 0; j < 2; j++)
-            if (port == R->replica[j].port)
-                return &R->replica[j];
-        if (port == R->data.port)
-            return &R->data;
-    }
-    return &R->data;
-}
-
 static long long progress(run_t *R)
 {
     return ck_int(R->ck, "LLEN %s", R->sc->prim == P_LATCH ? "lat" : "sec");
@@ -527,8 +468,10 @@ static void run_scenario(run_t *R)
     result_t *res = R->res;
     int64_t started = now_us();
     freeReplyObject(ck_cmd(R->ck, "FLUSHALL"));
-    int rc = sc->sentinel ? start_sentinel_topology(R)
-             : sc->redlock ? start_redlock_masters(R)
+    ts_server_t *rl[3] = {&R->data, &R->replica[0], &R->replica[1]};
+    int rc = sc->sentinel ? start_sentinel_topology(&R->data, R->replica, R->sent, FX_MASTER,
+                                                    R->url, sizeof R->url, R->ports, sizeof R->ports)
+             : sc->redlock ? start_redlock_masters(rl, R->url, sizeof R->url, R->ports, sizeof R->ports)
              : sc->tls ? start_tls_server(R)
              : sc->persist ? ts_server_start(&R->data, "--appendonly", "yes", "--appendfsync", "always", NULL)
                            : ts_server_start(&R->data, NULL);
@@ -536,8 +479,10 @@ static void run_scenario(run_t *R)
         snprintf(R->url, sizeof R->url, "%s", R->data.url);
         snprintf(R->ports, sizeof R->ports, "%d", R->data.port);
     }
+    if (rc == 0 && sc->net) /* (the connmark rules before the workers' first SYN) */
+        rc = net_begin(sc, R->data.port, R->seed);
     if (rc != 0) {
-        fprintf(stderr, "faults: %s: cannot start the data server\n", sc->name);
+        fprintf(stderr, "faults: %s: cannot start the data server or its network\n", sc->name);
         res->setup_failed = 1;
         return;
     }
@@ -573,10 +518,11 @@ static void run_scenario(run_t *R)
         reap(R);
         int64_t now = now_us();
         if (now >= next) {
-            int k = inject(R);
+            int k = sc->net ? net_tick(R->ck, &R->rng, res, R->last_detail, sizeof R->last_detail)
+                            : inject(R);
             if (g_verbose && k >= 0)
                 printf("    %+8.3f s  %s%s\n", (double)(now_us() - R->t0) / 1e6, fault_names[k], R->last_detail);
-            next = now_us() + rnd_range(&R->rng, 350, 900) * 1000;
+            next = now_us() + (sc->net ? 10000 : rnd_range(&R->rng, 350, 900) * 1000);
         }
         if (now >= window) {
             long long p = progress(R);
@@ -590,6 +536,8 @@ static void run_scenario(run_t *R)
     }
 
     /* quiet: faults stop, everything continues, every worker gets through twice more */
+    if (sc->net)
+        net_heal_all(R->ck);
     freeReplyObject(ck_cmd(R->ck, "EVAL %s 0", "for _, k in ipairs(redis.call('KEYS', 'cmd:*')) do redis.call('DEL', k) end"));
     for (int i = 0; i < sc->procs; i++) {
         /* (a 'k' mark stays: the worker may have taken the command just before the DEL, and
@@ -655,10 +603,12 @@ static void run_scenario(run_t *R)
         sleep_us(20000);
     }
 
+    if (sc->net)
+        net_end();
     /* clean state: two leases after the last client closed, every key has a TTL */
     sleep_us(2 * sc->lease_ms * 1000 + 300000);
     long keys = 0, no_ttl = 0;
-    ts_server_t *scan[3] = {current_master(R), sc->redlock ? &R->replica[0] : NULL,
+    ts_server_t *scan[3] = {sc->sentinel ? current_master(&R->data, R->replica, R->sent, FX_MASTER) : &R->data, sc->redlock ? &R->replica[0] : NULL,
                             sc->redlock ? &R->replica[1] : NULL};
     for (int i = 0; i < 3; i++) {
         long k1 = 0, n1 = 0;
@@ -670,6 +620,8 @@ static void run_scenario(run_t *R)
         viol(res, V_I7, "%ld of %ld keys under the prefix have no TTL", no_ttl, keys);
 
     check_scenario(R->ck, sc, res, R->restarts, R->nrestarts, g_verbose);
+    if (sc->net)
+        net_check(R->ck, sc, res);
     if (R->dconn)
         redisFree(R->dconn);
     R->dconn = NULL;
@@ -698,7 +650,8 @@ static void run_scenario(run_t *R)
 static void usage(void)
 {
     fprintf(stderr, "usage: redisync-faults [--seed N] [--only NAME[,NAME...]] [--scale PCT] "
-                    "[--verbose] [--list] [--sabotage]\n"
+                    "[--verbose] [--list] [--sabotage] [--net]\n"
+                    "  --net: the network scenarios; only inside tests/network/run.sh's namespace\n"
                     "  --sabotage: self-test of the checks: workers sometimes skip the lock (latch: "
                     "the wait) and claim success; the run must then FAIL\n");
     exit(2);
@@ -711,7 +664,7 @@ int main(int argc, char **argv)
 
     uint64_t seed = 20251123;
     const char *only = NULL;
-    int scale = 100;
+    int scale = 100, list_only = 0;
     const char *env = getenv("FAULTS_SEED");
     if (env && *env)
         seed = strtoull(env, NULL, 10);
@@ -726,13 +679,21 @@ int main(int argc, char **argv)
             g_verbose = 1;
         else if (strcmp(argv[i], "--sabotage") == 0)
             g_sabotage = 1;
-        else if (strcmp(argv[i], "--list") == 0) {
-            for (int k = 0; k < NSCEN; k++)
-                printf("%s\n", scenarios[k].name);
-            return 0;
-        } else
+        else if (strcmp(argv[i], "--net") == 0)
+            g_net = 1;
+        else if (strcmp(argv[i], "--list") == 0)
+            list_only = 1;
+        else
             usage();
     }
+    const scenario_t *tab = g_net ? net_scenarios : scenarios;
+    int ntab = g_net ? net_nscen : NSCEN;
+    for (int k = 0; list_only && k < ntab; k++)
+        printf("%s\n", tab[k].name);
+    if (list_only)
+        return 0;
+    if (g_net && net_guard(g_verbose) != 0)
+        return 2;
     if (scale < 10)
         scale = 10;
     ssize_t len = readlink("/proc/self/exe", g_exe, sizeof g_exe - 1);
@@ -753,20 +714,20 @@ int main(int argc, char **argv)
     printf("redisync fault suite: seed %llu (repeat: %s --seed %llu%s%s), scale %d%%\n",
            (unsigned long long)seed, argv[0], (unsigned long long)seed, only ? " --only " : "",
            only ? only : "", scale);
-    result_t res[NSCEN];
+    result_t res[MAX_SCEN];
     memset(res, 0, sizeof res);
-    int ran[NSCEN] = {0};
+    int ran[MAX_SCEN] = {0};
     int64_t t_all = now_us();
-    for (int k = 0; k < NSCEN; k++) {
+    for (int k = 0; k < ntab && k < MAX_SCEN; k++) {
         if (only) {
             char list[256];
             snprintf(list, sizeof list, ",%s,", only);
             char key[64];
-            snprintf(key, sizeof key, ",%s,", scenarios[k].name);
+            snprintf(key, sizeof key, ",%s,", tab[k].name);
             if (!strstr(list, key))
                 continue;
         }
-        scenario_t sc = scenarios[k];
+        scenario_t sc = tab[k];
         sc.seconds = sc.seconds * scale / 100;
         if (sc.seconds < 3)
             sc.seconds = 3;
@@ -778,7 +739,7 @@ int main(int argc, char **argv)
         R.rng = seed ^ (0x5851F42D4C957F2Dull * (uint64_t)(k + 1));
         R.ck_srv = &ck_srv;
         R.ck = ck;
-        res[k].sc = &scenarios[k];
+        res[k].sc = &tab[k];
         R.res = &res[k];
         printf("== %s: %s%s, %s, %d processes, %d s of faults, lease %ld ms, timeout %ld ms\n",
                sc.name, prim_names[sc.prim], sc.redlock ? " on 3 redlock masters"
@@ -791,10 +752,13 @@ int main(int argc, char **argv)
                total_viol(&res[k]), res[k].seconds);
     }
 
-    int failed = report_print(scenarios, NSCEN, res, ran, seed, now_us() - t_all);
-    for (int k = 0; k < NSCEN; k++) {
+    int failed = g_net ? net_report(tab, ntab, res, ran) : 0;
+    failed = report_print(tab, ntab, res, ran, seed, now_us() - t_all,
+                          g_net ? "test-network" : "test-faults", failed);
+    for (int k = 0; k < ntab; k++) {
         free(res[k].takeover);
         free(res[k].waits);
+        free(res[k].detect), free(res[k].ntake), free(res[k].recover);
     }
     redisFree(ck);
     ts_server_stop(&ck_srv);

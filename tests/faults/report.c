@@ -35,7 +35,7 @@ static double pct(const int64_t *v, int n, double p)
 }
 
 int report_print(const scenario_t *scenarios, int nscen, const result_t *res, const int *ran,
-                 uint64_t seed, int64_t elapsed_us)
+                 uint64_t seed, int64_t elapsed_us, const char *label, int failed)
 {
     printf("\n%-14s %5s %8s %8s %6s %7s %7s %5s %7s %7s %6s %5s %11s %11s %6s\n", "scenario",
            "procs", "sections", "truthful", "lost", "refused", "restart", "other", "lockerr",
@@ -45,7 +45,6 @@ int report_print(const scenario_t *scenarios, int nscen, const result_t *res, co
     long S = 0, P = 0, F = 0, V = 0;
     int64_t *all = NULL;
     int nall = 0;
-    int failed = 0;
     for (int k = 0; k < nscen; k++) {
         if (!ran[k])
             continue;
@@ -123,7 +122,7 @@ int report_print(const scenario_t *scenarios, int nscen, const result_t *res, co
     for (int k = 0; k < nscen; k++)
         if (ran[k] && res[k].setup_failed)
             printf("%s: SETUP FAILED\n", scenarios[k].name);
-    printf("%s\n", failed ? "test-faults: FAILED" : "test-faults: ok");
+    printf("%s: %s\n", label, failed ? "FAILED" : "ok");
     free(all);
     return failed;
 }

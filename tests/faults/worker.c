@@ -11,9 +11,11 @@
  *     "kill": record the event, raise(SIGKILL)   (kill -9 of a holder)
  *   fenced read of the counter under the token
  *     "stop": record the event, raise(SIGSTOP)   (the driver sends SIGCONT past the lease)
+ *     "net:ID": hold on until the driver heals the network cut it made (net.c, --net)
  *   a short hold; fenced write counter+1 under the token (compare-and-set on the checker)
  *   t_rel; unlock (rmutex: as many times as locked; after RS_ELOST one more must be EPERM)
- *   record "SLOT GEN NAME FENCE T_ACQ T_REL RC RD WR PERMITS MODE ONLOST" and leave
+ *   record "SLOT GEN NAME FENCE T_ACQ T_REL RC RD WR PERMITS MODE ONLOST T_REQ T_LOST" and
+ *   leave (T_REQ: the lock call; T_LOST: the first on_lost of the section, 0 if none)
  *
  * Readers of the rwlock and semaphore holders do no fenced ops (their tokens are not exposed
  * or not exclusive); their exclusion is checked from the recorded intervals. The latch
@@ -67,12 +69,15 @@ typedef struct worker {
 } worker_t;
 
 static atomic_long g_onlost;
+static _Atomic int64_t g_lost_t; /* monotonic us of the current section's first on_lost */
 static int g_liblog;
 static int g_slot;
 
 static void on_lost(const char *kind, const char *name, void *arg)
 {
     (void)kind, (void)name, (void)arg;
+    int64_t zero = 0;
+    atomic_compare_exchange_strong(&g_lost_t, &zero, now_us());
     atomic_fetch_add(&g_onlost, 1);
 }
 
@@ -187,16 +192,29 @@ static int sockets_to(int port)
 }
 
 /* ---- checker calls --------------------------------------------------------------------- */
-/* Marks the slot inside; returns the pending fault command (0 none, 'k' kill, 's' stop). */
-static int ck_enter(worker_t *w, const char *name, int64_t t)
+/* Marks the slot inside; returns the pending fault command (0 none, 'k' kill, 's' stop,
+ * 'n' net:ID, the ID in *net_id). */
+static int ck_enter(worker_t *w, const char *name, int64_t t, long *net_id)
 {
     redisReply *r = ck_cmd(w->ck, "EVALSHA %s 2 in:%d cmd:%d %s:%lld", w->sha_enter, w->slot,
                            w->slot, name, (long long)t);
     int cmd = 0;
     if (r->type == REDIS_REPLY_STRING)
-        cmd = strcmp(r->str, "kill") == 0 ? 'k' : strcmp(r->str, "stop") == 0 ? 's' : 0;
+        cmd = strcmp(r->str, "kill") == 0 ? 'k' : strcmp(r->str, "stop") == 0 ? 's'
+              : sscanf(r->str, "net:%ld", net_id) == 1 ? 'n' : 0;
     freeReplyObject(r);
     return cmd;
+}
+
+/* "net:ID" (tests/faults/net.c): tell the driver this holder is ready to be cut, and go on
+ * holding (as a holder that does not know it is cut keeps working) until it heals. */
+static void net_hold(worker_t *w, long id)
+{
+    freeReplyObject(ck_cmd(w->ck, "SET ready:%d %ld", w->slot, id));
+    for (int64_t until = now_us() + 60000000; now_us() < until; sleep_us(20000))
+        if (ck_int(w->ck, "EXISTS go:%ld", id) == 1)
+            break;
+    freeReplyObject(ck_cmd(w->ck, "DEL go:%ld", id));
 }
 
 static void ck_event(worker_t *w, char kind, const char *name, uint64_t fence)
@@ -404,6 +422,7 @@ static long long section(worker_t *w)
     int exclusive = w->prim == P_MUTEX || w->prim == P_RMUTEX || mode == 'w';
 
     long onl0 = atomic_load(&g_onlost);
+    atomic_store(&g_lost_t, 0);
     struct timespec dl = abs_in_ms(LOCK_BOUND_MS);
     int64_t t_req = now_us();
     int fake = w->sabotage && rnd_range(&w->rng, 0, 99) < 5;
@@ -453,7 +472,8 @@ static long long section(worker_t *w)
         }
     }
 
-    int cmd = ck_enter(w, name, t_acq);
+    long net_id = 0;
+    int cmd = ck_enter(w, name, t_acq, &net_id);
     if (cmd == 'k') {
         ck_event(w, 'K', name, fence);
         raise(SIGKILL);
@@ -466,6 +486,8 @@ static long long section(worker_t *w)
         ck_event(w, 'S', name, fence);
         raise(SIGSTOP);
     }
+    if (cmd == 'n')
+        net_hold(w, net_id);
     sleep_us(rnd_range(&w->rng, 2, 25) * 1000);
     if (exclusive)
         wr = rd == 1 ? ck_fwrite(w, name, fence, v) : 0;
@@ -483,9 +505,10 @@ static long long section(worker_t *w)
                     rs_client_lasterror(w->c));
     }
     char rec[256];
-    snprintf(rec, sizeof rec, "%d %d %s %llu %lld %lld %d %d %d %u %c %ld %lld", w->slot, w->gen,
-             name, (unsigned long long)fence, (long long)t_acq, (long long)t_rel, rc, rd, wr,
-             permits, mode, atomic_load(&g_onlost) - onl0, (long long)t_req);
+    snprintf(rec, sizeof rec, "%d %d %s %llu %lld %lld %d %d %d %u %c %ld %lld %lld", w->slot,
+             w->gen, name, (unsigned long long)fence, (long long)t_acq, (long long)t_rel, rc, rd,
+             wr, permits, mode, atomic_load(&g_onlost) - onl0, (long long)t_req,
+             (long long)atomic_load(&g_lost_t));
     long long stop = ck_leave(w, rec);
     sleep_us(rnd_range(&w->rng, 0, 15) * 1000);
     return stop;

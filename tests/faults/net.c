@@ -1,0 +1,697 @@
+/*
+ * net.c - network faults for the fault suite (make test-network; tests/network/run.sh).
+ *
+ * The driver runs with --net inside a network namespace of its own that run.sh created
+ * (`ip netns add rsnet-PID`, only `lo` up): every redis-server, worker and rule lives there,
+ * so the rules below touch only that namespace's loopback and nothing of the host.
+ * net_guard() refuses to run anywhere else.
+ *
+ * Who is cut. Each worker runs with its own group id (NET_GID0 + slot, set in the forked
+ * child before exec: net_child). At scenario start a mangle rule per slot marks the
+ * connections that slot opens to the data server with its gid, from their SYN:
+ *   -t mangle -A OUTPUT -p tcp --dport DATA -m owner --gid-owner G -j CONNMARK --set-mark G
+ * The checker's redis-server has another port and is never matched.
+ *
+ * The faults are DROP rules in INPUT: on loopback every packet of both directions crosses
+ * INPUT once, and a packet dropped there has left its sender's stack as if it had been sent
+ * (a DROP in OUTPUT is reported back to the sending socket as a local error instead), so
+ * packets simply vanish: no RST, no error, as on a wire.
+ *   black hole of worker G    -A INPUT -p tcp -m connmark --mark G -j DROP
+ *   one-way (replies lost)    -A INPUT -p tcp --sport DATA -m connmark --mark G -j DROP
+ *   flap (everyone)           -A INPUT -p tcp --dport DATA -j DROP, and --sport DATA
+ *   loss 5 %                  -A INPUT -p tcp --dport DATA -m statistic --mode random
+ *                             --probability 0.05 -j DROP, and --sport DATA
+ *   delay + jitter            -A INPUT -p tcp --dport DATA -j NFQUEUE --queue-num Q
+ *                             --queue-bypass, and --sport DATA; build/redisync-delayq
+ *                             (tests/network/delayq.c) holds each packet delay +- jitter ms
+ * Heal = iptables -D of the same rule. Every rule added is recorded here and removed at
+ * scenario end (net_end), at exit (atexit) and on SIGINT/SIGTERM/SIGHUP (a handler that
+ * only forks and execs iptables -D); run.sh deleting the namespace is the last backstop.
+ *
+ * Holder cuts. To cut a worker while it holds the lock, the driver gives it the command
+ * "net:ID" through the checker (cmd:SLOT, as for kill and stop); the worker takes it when it
+ * enters its next section, does its fenced read, sets ready:SLOT = ID and waits (still
+ * holding, as a holder that does not know it is cut goes on working) until the driver sets
+ * go:ID at the heal; then it does its fenced write and unlocks. The driver cuts it as soon
+ * as it sees ready:SLOT. Each cut is recorded on the checker ("net": "KIND SLOT T_CUT
+ * T_HEAL", KIND B/O a holder black-holed / one-way, b/o any worker, F everyone), and
+ * net_check computes the figures from those and from the section records (whose last field
+ * is the monotonic time of the section's first on_lost).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "faults.h"
+#include "redisync.h"
+
+/* Network scenarios: mutex, 8 processes, 2 names, lease 3000 ms, timeout_ms 2000. */
+const scenario_t net_scenarios[] = {
+    /* name             prim     aof procs secs lease timeout faults                 names sem latch round sentinel minrep redlock net */
+    {"net-blackhole",   P_MUTEX, 1,  8,    36,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0},
+    {"net-oneway",      P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_ONEWAY),      2,    0,  0,    0,    0, 0, 0, NET_ONEWAY, 0},
+    {"net-slow-lossy",  P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0},
+    {"net-flap",        P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_FLAP),        2,    0,  0,    0,    0, 0, 0, NET_FLAP, 0},
+};
+const int net_nscen = (int)(sizeof net_scenarios / sizeof net_scenarios[0]);
+
+#define NET_QUEUE 7          /* the NFQUEUE number (the namespace is ours: any will do) */
+#define DELAY_MS 100         /* each way: 150-250 ms round trips */
+#define JITTER_MS 25
+#define LOSS "0.05"
+#define MAX_RULES 48
+#define MAX_ARGS 40
+
+/* ---- the rules: recorded, removable from a signal handler ------------------------------ */
+typedef struct rule {
+    int live;
+    char buf[320];          /* the tokens, NUL-separated */
+    char *argv[MAX_ARGS];   /* "iptables" "-w" "5" "-t" TABLE OP CHAIN tokens... NULL */
+    int op;                 /* index of "-A" / "-D" in argv */
+} rule_t;
+
+static rule_t g_rules[MAX_RULES];
+static pid_t g_delayq;
+static char g_delayq_path[4200];
+static int g_verbose_net;
+
+/* fork + exec iptables, stdout/stderr to /dev/null unless verbose; async-signal-safe. */
+static int run_argv(char *const argv[], int quiet)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        if (quiet) {
+            int fd = open("/dev/null", O_WRONLY);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    if (p < 0)
+        return -1;
+    int st;
+    while (waitpid(p, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Adds "-t TABLE -A CHAIN spec"; returns the rule's index, or -1 (reported). */
+static int rule_add(const char *table, const char *chain, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int rule_add(const char *table, const char *chain, const char *fmt, ...)
+{
+    int i = 0;
+    while (i < MAX_RULES && g_rules[i].live)
+        i++;
+    if (i == MAX_RULES) {
+        fprintf(stderr, "faults: net: too many rules\n");
+        return -1;
+    }
+    rule_t *r = &g_rules[i];
+    char spec[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(spec, sizeof spec, fmt, ap);
+    va_end(ap);
+    snprintf(r->buf, sizeof r->buf, "iptables -w 5 -t %s -A %s %s", table, chain, spec);
+    int n = 0;
+    for (char *t = strtok(r->buf, " "); t && n < MAX_ARGS - 1; t = strtok(NULL, " "))
+        r->argv[n++] = t;
+    r->argv[n] = NULL;
+    r->op = 5;
+    if (run_argv(r->argv, 0) != 0) {
+        fprintf(stderr, "faults: net: cannot add: iptables -t %s -A %s %s\n", table, chain, spec);
+        return -1;
+    }
+    r->live = 1;
+    return i;
+}
+
+static int rule_del(int i)
+{
+    if (i < 0 || i >= MAX_RULES || !g_rules[i].live)
+        return 0;
+    rule_t *r = &g_rules[i];
+    r->argv[r->op] = "-D";
+    int rc = run_argv(r->argv, 0);
+    if (rc != 0) {
+        char cmd[400] = "";
+        for (int k = 0; r->argv[k]; k++)
+            snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "%s ", r->argv[k]);
+        fprintf(stderr, "faults: net: cannot delete: %s\n", cmd);
+    }
+    r->live = 0;
+    return rc;
+}
+
+/* ---- delayq ------------------------------------------------------------------------------ */
+static int delayq_start(uint64_t seed)
+{
+    int pfd[2];
+    if (pipe(pfd) != 0)
+        return -1;
+    char q[16], d[16], j[16], s[32];
+    snprintf(q, sizeof q, "%d", NET_QUEUE);
+    snprintf(d, sizeof d, "%d", DELAY_MS);
+    snprintf(j, sizeof j, "%d", JITTER_MS);
+    snprintf(s, sizeof s, "%llu", (unsigned long long)seed);
+    char *argv[] = {g_delayq_path, q, d, j, s, NULL};
+    fflush(stdout);
+    fflush(stderr);
+    pid_t p = fork();
+    if (p == 0) {
+        dup2(pfd[1], 1);
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+        execv(g_delayq_path, argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    if (p < 0) {
+        close(pfd[0]);
+        return -1;
+    }
+    g_delayq = p;
+    char buf[128] = "";
+    size_t got = 0;
+    int64_t until = now_us() + 5000000;
+    while (!strstr(buf, "ready") && now_us() < until && got < sizeof buf - 1) {
+        struct pollfd pf = {pfd[0], POLLIN, 0};
+        if (poll(&pf, 1, 200) <= 0)
+            continue;
+        ssize_t n = read(pfd[0], buf + got, sizeof buf - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        buf[got] = '\0';
+    }
+    close(pfd[0]);
+    if (!strstr(buf, "ready")) {
+        fprintf(stderr, "faults: net: %s did not start\n", g_delayq_path);
+        return -1;
+    }
+    return 0;
+}
+
+static void delayq_stop(void)
+{
+    if (g_delayq <= 0)
+        return;
+    kill(g_delayq, SIGTERM);
+    for (int i = 0; i < 200; i++) {
+        if (waitpid(g_delayq, NULL, WNOHANG) == g_delayq) {
+            g_delayq = 0;
+            return;
+        }
+        sleep_us(10000);
+    }
+    kill(g_delayq, SIGKILL);
+    waitpid(g_delayq, NULL, 0);
+    g_delayq = 0;
+}
+
+/* ---- cleanup paths ----------------------------------------------------------------------- */
+void net_end(void)
+{
+    for (int i = MAX_RULES - 1; i >= 0; i--)
+        rule_del(i);
+    delayq_stop();
+}
+
+static void on_fatal_signal(int sig)
+{
+    for (int i = MAX_RULES - 1; i >= 0; i--)
+        if (g_rules[i].live) {
+            g_rules[i].argv[g_rules[i].op] = "-D";
+            run_argv(g_rules[i].argv, 1);
+            g_rules[i].live = 0;
+        }
+    if (g_delayq > 0)
+        kill(g_delayq, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* ---- the namespace guard ----------------------------------------------------------------- */
+int net_guard(int verbose)
+{
+    g_verbose_net = verbose;
+    const char *ns = getenv("RS_NETNS");
+    if (!ns || strncmp(ns, "rsnet-", 6) != 0 || strchr(ns, '/')) {
+        fprintf(stderr, "faults: --net runs only inside the namespace tests/network/run.sh "
+                        "creates (RS_NETNS=rsnet-PID); use make test-network\n");
+        return -1;
+    }
+    struct stat self, named, root;
+    char path[300];
+    snprintf(path, sizeof path, "/run/netns/%s", ns);
+    if (stat("/proc/self/ns/net", &self) != 0 || stat(path, &named) != 0 ||
+        self.st_ino != named.st_ino || self.st_dev != named.st_dev) {
+        fprintf(stderr, "faults: --net: this process is not in network namespace %s\n", ns);
+        return -1;
+    }
+    /* the root's namespace, where it can be read (not in every container) */
+    if (stat("/proc/1/ns/net", &root) == 0 && root.st_ino == self.st_ino) {
+        fprintf(stderr, "faults: --net: this is the root network namespace; refusing\n");
+        return -1;
+    }
+    ssize_t n = readlink("/proc/self/exe", g_delayq_path, sizeof g_delayq_path - 32);
+    if (n <= 0)
+        return -1;
+    g_delayq_path[n] = '\0';
+    char *slash = strrchr(g_delayq_path, '/');
+    snprintf(slash + 1, sizeof g_delayq_path - (size_t)(slash + 1 - g_delayq_path), "redisync-delayq");
+    if (access(g_delayq_path, X_OK) != 0) {
+        fprintf(stderr, "faults: --net: %s is missing (make test-network builds it)\n", g_delayq_path);
+        return -1;
+    }
+    atexit(net_end);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    return 0;
+}
+
+int net_child(int slot)
+{
+    gid_t g = (gid_t)(NET_GID0 + slot);
+    return setgroups(0, NULL) == 0 && setgid(g) == 0 ? 0 : -1;
+}
+
+/* ---- the schedule ------------------------------------------------------------------------ */
+/* Two cut channels (black hole, one-way: two workers may be cut at once, on different
+ * slots, so a run gathers twice the cuts); one for the flap, which cuts everyone. */
+typedef struct chan {
+    int state;        /* 0 idle, 1 armed (holder cut asked, waiting for ready), 2 cut */
+    int slot;
+    char kind;        /* B O: a holder black-holed / one-way; b o: any worker; F: everyone */
+    long id;
+    int rules[2];
+    int64_t next_at, until, t_cut;
+} chan_t;
+
+static struct {
+    const scenario_t *sc;
+    int port, nchan;
+    long id;
+    chan_t ch[2];
+} N;
+
+int net_begin(const scenario_t *sc, int data_port, uint64_t seed)
+{
+    memset(&N, 0, sizeof N);
+    N.sc = sc;
+    N.port = data_port;
+    N.nchan = sc->net == NET_FLAP ? 1 : 2;
+    for (int c = 0; c < 2; c++) {
+        N.ch[c].rules[0] = N.ch[c].rules[1] = -1;
+        N.ch[c].slot = -1;
+        N.ch[c].next_at = now_us() + (c ? 4000000 : 1500000);
+    }
+    for (int i = 0; i < sc->procs; i++)
+        if (rule_add("mangle", "OUTPUT", "-p tcp --dport %d -m owner --gid-owner %d -j CONNMARK "
+                     "--set-mark %d", data_port, NET_GID0 + i, NET_GID0 + i) < 0)
+            return -1;
+    if (sc->net == NET_SLOW_LOSSY) {
+        if (delayq_start(seed) != 0)
+            return -1;
+        const char *dir[2] = {"--dport", "--sport"};
+        for (int d = 0; d < 2; d++)
+            if (rule_add("filter", "INPUT", "-p tcp %s %d -m statistic --mode random "
+                         "--probability " LOSS " -j DROP", dir[d], data_port) < 0)
+                return -1;
+        for (int d = 0; d < 2; d++)
+            if (rule_add("filter", "INPUT", "-p tcp %s %d -j NFQUEUE --queue-num %d "
+                         "--queue-bypass", dir[d], data_port, NET_QUEUE) < 0)
+                return -1;
+    }
+    return 0;
+}
+
+static int do_cut(chan_t *C, uint64_t *rng, result_t *res)
+{
+    const scenario_t *sc = N.sc;
+    int g = NET_GID0 + C->slot;
+    if (C->kind == 'F') {
+        C->rules[0] = rule_add("filter", "INPUT", "-p tcp --dport %d -j DROP", N.port);
+        C->rules[1] = rule_add("filter", "INPUT", "-p tcp --sport %d -j DROP", N.port);
+        C->until = now_us() + rnd_range(rng, 1000, 3000) * 1000;
+    } else {
+        C->rules[0] = C->kind == 'B' || C->kind == 'b'
+                          ? rule_add("filter", "INPUT", "-p tcp -m connmark --mark %d -j DROP", g)
+                          : rule_add("filter", "INPUT", "-p tcp --sport %d -m connmark --mark %d "
+                                     "-j DROP", N.port, g);
+        C->until = now_us() + rnd_range(rng, sc->lease_ms * 3 / 2, sc->lease_ms * 5 / 2) * 1000;
+    }
+    C->t_cut = now_us(); /* the rule is in force from here on (it may be from a little earlier) */
+    if (C->rules[0] < 0 || (C->kind == 'F' && C->rules[1] < 0)) {
+        res->setup_failed = 1;
+        return -1;
+    }
+    C->state = 2;
+    res->faults[sc->net == NET_BLACKHOLE ? F_NET_BLACKHOLE : sc->net == NET_ONEWAY ? F_NET_ONEWAY
+                                                                             : F_NET_FLAP]++;
+    return 0;
+}
+
+static void heal(chan_t *C, redisContext *ck)
+{
+    rule_del(C->rules[0]);
+    rule_del(C->rules[1]);
+    C->rules[0] = C->rules[1] = -1;
+    int64_t t_heal = now_us();
+    if (C->kind == 'B' || C->kind == 'O')
+        freeReplyObject(ck_cmd(ck, "SET go:%ld 1", C->id));
+    char rec[96]; /* (hiredis's format has no %c) */
+    snprintf(rec, sizeof rec, "%c:%d:%lld:%lld", C->kind, C->kind == 'F' ? -1 : C->slot,
+             (long long)C->t_cut, (long long)t_heal);
+    freeReplyObject(ck_cmd(ck, "RPUSH net %s", rec));
+    char who[16];
+    snprintf(who, sizeof who, "w%d", C->slot);
+    if (g_verbose_net)
+        printf("    %12s  healed %s after %lld ms\n", "", C->kind == 'F' ? "everyone" : who,
+               (long long)(t_heal - C->t_cut) / 1000);
+    C->state = 0;
+}
+
+static int tick(chan_t *C, redisContext *ck, uint64_t *rng, result_t *res, char *detail,
+                size_t len, int64_t now)
+{
+    const scenario_t *sc = N.sc;
+    int k = sc->net == NET_BLACKHOLE ? F_NET_BLACKHOLE : sc->net == NET_ONEWAY ? F_NET_ONEWAY : F_NET_FLAP;
+    switch (C->state) {
+    case 0: {
+        if (now < C->next_at)
+            return -1;
+        if (sc->net == NET_FLAP) {
+            C->kind = 'F';
+            if (do_cut(C, rng, res) != 0)
+                return -1;
+            snprintf(detail, len, " everyone, for %lld ms", (long long)(C->until - C->t_cut) / 1000);
+            C->next_at = C->t_cut + rnd_range(rng, 4000, 6000) * 1000;
+            return k;
+        }
+        const chan_t *other = &N.ch[C == &N.ch[0]];
+        do
+            C->slot = (int)rnd_range(rng, 0, sc->procs - 1);
+        while (other->state != 0 && other->slot == C->slot);
+        if (rnd_range(rng, 0, 99) < 75) { /* a holder: ask it to wait inside its section */
+            C->kind = sc->net == NET_BLACKHOLE ? 'B' : 'O';
+            C->id = ++N.id;
+            freeReplyObject(ck_cmd(ck, "SET cmd:%d net:%ld", C->slot, C->id));
+            C->state = 1;
+            C->until = now + 5000000;
+            return -1;
+        }
+        C->kind = sc->net == NET_BLACKHOLE ? 'b' : 'o';
+        if (do_cut(C, rng, res) != 0)
+            return -1;
+        snprintf(detail, len, " w%d (wherever it is), for %lld ms", C->slot,
+                 (long long)(C->until - C->t_cut) / 1000);
+        return k;
+    }
+    case 1:
+        if (ck_int(ck, "GET ready:%d", C->slot) == C->id) {
+            if (do_cut(C, rng, res) != 0)
+                return -1;
+            snprintf(detail, len, " w%d inside its section, for %lld ms", C->slot,
+                     (long long)(C->until - C->t_cut) / 1000);
+            return k;
+        }
+        if (now > C->until) {
+            if (ck_int(ck, "DEL cmd:%d", C->slot) == 1) { /* never taken: give up this one */
+                C->state = 0;
+                C->next_at = now + 500000;
+            } else {
+                C->until = now + 2000000; /* taken: its ready:SLOT is on the way */
+            }
+        }
+        return -1;
+    default:
+        if (now >= C->until) {
+            heal(C, ck);
+            if (C->kind != 'F')
+                C->next_at = now_us() + rnd_range(rng, 1000, 2500) * 1000;
+        }
+        return -1;
+    }
+}
+
+int net_tick(redisContext *ck, uint64_t *rng, result_t *res, char *detail, size_t len)
+{
+    const scenario_t *sc = N.sc;
+    int64_t now = now_us();
+    if (sc->net == NET_SLOW_LOSSY) {
+        if (res->faults[F_NET_SLOW_LOSSY] == 0) {
+            res->faults[F_NET_SLOW_LOSSY] = 1;
+            snprintf(detail, len, " %d +- %d ms each way, %s loss, whole scenario", DELAY_MS,
+                     JITTER_MS, LOSS);
+            return F_NET_SLOW_LOSSY;
+        }
+        return -1;
+    }
+    int k = -1;
+    for (int c = 0; c < N.nchan; c++) {
+        int kc = tick(&N.ch[c], ck, rng, res, detail, len, now);
+        if (kc >= 0)
+            return kc; /* (one fault per call: its detail is printed) */
+        k = kc;
+    }
+    return k;
+}
+
+void net_heal_all(redisContext *ck)
+{
+    if (!N.sc)
+        return;
+    for (int c = 0; c < N.nchan; c++) {
+        chan_t *C = &N.ch[c];
+        if (C->state == 2)
+            heal(C, ck);
+        if (C->state == 1) { /* a holder asked to wait: let it go whether or not it took it */
+            freeReplyObject(ck_cmd(ck, "DEL cmd:%d", C->slot));
+            freeReplyObject(ck_cmd(ck, "SET go:%ld 1", C->id));
+            C->state = 0;
+        }
+    }
+}
+
+/* ---- the figures ------------------------------------------------------------------------- */
+typedef struct nsec {
+    int slot;
+    char name[16];
+    int64_t t_req, t_acq, t_rel, t_lost;
+    int rc;
+    long onlost;
+} nsec_t;
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void push(int64_t **v, int *n, int64_t x)
+{
+    int64_t *p = realloc(*v, (size_t)(*n + 1) * sizeof *p);
+    if (!p)
+        return;
+    p[(*n)++] = x;
+    *v = p;
+}
+
+void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
+{
+    redisReply *list = ck_cmd(ck, "LRANGE sec 0 -1");
+    size_t n = list->type == REDIS_REPLY_ARRAY ? list->elements : 0;
+    nsec_t *s = calloc(n ? n : 1, sizeof *s);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        long long a, b, req = 0, lost = 0;
+        int gen;
+        unsigned long long f;
+        if (sscanf(list->element[i]->str, "%d %d %15s %llu %lld %lld %d %*d %*d %*u %*c %ld %lld %lld",
+                   &s[m].slot, &gen, s[m].name, &f, &a, &b, &s[m].rc, &s[m].onlost, &req, &lost) < 9)
+            continue;
+        s[m].t_req = req, s[m].t_acq = a, s[m].t_rel = b, s[m].t_lost = lost;
+        m++;
+    }
+    freeReplyObject(list);
+    long lease_us = sc->lease_ms * 1000, bound_us = (sc->lease_ms + sc->timeout_ms) * 1000;
+
+    /* false loss reports: under delay and loss alone Redis kept every hold */
+    if (sc->net == NET_SLOW_LOSSY)
+        for (size_t i = 0; i < m; i++)
+            if (s[i].rc == RS_ELOST || s[i].onlost > 0) {
+                r->false_lost++;
+                printf("    false loss report: w%d %s unlock %d, on_lost %ld\n", s[i].slot,
+                       s[i].name, s[i].rc, s[i].onlost);
+            }
+
+    redisReply *cuts = ck_cmd(ck, "LRANGE net 0 -1");
+    for (size_t c = 0; cuts->type == REDIS_REPLY_ARRAY && c < cuts->elements; c++) {
+        char kind;
+        int slot;
+        long long tc, th;
+        if (sscanf(cuts->element[c]->str, "%c:%d:%lld:%lld", &kind, &slot, &tc, &th) != 4)
+            continue;
+        r->net_cuts++;
+        /* recovery: the cut worker's (flap: every worker's) next granted lock after the heal */
+        for (int w = 0; w < sc->procs; w++) {
+            if (slot >= 0 && w != slot)
+                continue;
+            size_t best = m;
+            for (size_t i = 0; i < m; i++)
+                if (s[i].slot == w && s[i].t_acq > th && (best == m || s[i].t_acq < s[best].t_acq))
+                    best = i;
+            if (best == m)
+                continue;
+            push(&r->recover, &r->nrecover, s[best].t_acq - th);
+            if (s[best].t_acq - th <= bound_us)
+                continue;
+            /* Slower than lease + timeout_ms: a failure to recover only if nobody else held
+             * that name while this worker waited for it (else it queued behind a holder,
+             * possibly another cut one: contention, not recovery). */
+            int64_t from = s[best].t_req > th ? s[best].t_req : th;
+            int contended = 0;
+            for (size_t j = 0; j < m && !contended; j++)
+                contended = s[j].slot != w && strcmp(s[j].name, s[best].name) == 0 &&
+                            s[j].t_acq < s[best].t_acq && s[j].t_rel > from;
+            r->recover_slow += !contended;
+            printf("    %s recovery: w%d granted %s %.0f ms after the heal of cut %c; its lock "
+                   "call began %+.0f ms from the heal and waited %.0f ms%s\n",
+                   contended ? "late" : "SLOW", w, s[best].name,
+                   (double)(s[best].t_acq - th) / 1e3, kind, (double)(s[best].t_req - th) / 1e3,
+                   (double)(s[best].t_acq - s[best].t_req) / 1e3,
+                   contended ? " (behind another holder of the name: contention)" : "");
+        }
+        /* the holds the cut caught: detection, takeover, on_lost before the takeover */
+        for (size_t i = 0; i < m; i++) {
+            if (!(s[i].t_acq < tc && s[i].t_rel > tc) || (slot >= 0 && s[i].slot != slot))
+                continue;
+            int64_t take = -1;
+            for (size_t j = 0; j < m; j++)
+                if (s[j].slot != s[i].slot && strcmp(s[j].name, s[i].name) == 0 && s[j].t_acq > tc &&
+                    (take < 0 || s[j].t_acq < take))
+                    take = s[j].t_acq;
+            if (kind != 'F')
+                r->cut_holders++;
+            if (s[i].t_lost > 0)
+                push(&r->detect, &r->ndetect, s[i].t_lost - tc);
+            if (take >= 0 && kind != 'F')
+                push(&r->ntake, &r->nntake, take - tc);
+            if (take >= 0 && kind != 'F' && take - tc > lease_us * 3 / 2) {
+                /* (Redis gave the hold up a lease after the last renewal that reached it;
+                 * later than that, say who took the name and which other cuts were on) */
+                size_t tk = 0;
+                for (size_t j = 0; j < m; j++)
+                    if (s[j].t_acq == take && strcmp(s[j].name, s[i].name) == 0)
+                        tk = j;
+                char others[256] = "";
+                for (size_t c2 = 0; c2 < cuts->elements; c2++) {
+                    char k2;
+                    int sl2;
+                    long long a2, b2;
+                    if (c2 != c && sscanf(cuts->element[c2]->str, "%c:%d:%lld:%lld", &k2, &sl2,
+                                          &a2, &b2) == 4 && a2 < take && b2 > tc)
+                        snprintf(others + strlen(others), sizeof others - strlen(others),
+                                 " %c w%d [%+.0f, %+.0f] ms", k2, sl2, (double)(a2 - tc) / 1e3,
+                                 (double)(b2 - tc) / 1e3);
+                }
+                printf("    slow takeover: %s of cut %c w%d taken by w%d %.0f ms after the cut "
+                       "(its lock call began %+.0f ms from the cut); on_lost %+.0f ms; other "
+                       "cuts then:%s\n", s[i].name, kind, s[i].slot, s[tk].slot,
+                       (double)(take - tc) / 1e3, (double)(s[tk].t_req - tc) / 1e3,
+                       s[i].t_lost ? (double)(s[i].t_lost - tc) / 1e3 : 0.0,
+                       others[0] ? others : " none");
+            }
+            /* still in its section a lease after the cut: its hold had expired before it
+             * let go, so on_lost was due (a holder that called unlock earlier gave the hold
+             * up itself: its unlock says RS_ECONN or RS_ELOST, and no on_lost is due) */
+            if (kind != 'F' && s[i].t_rel - tc > lease_us && s[i].t_lost == 0)
+                viol(r, V_I6, "w%d was cut from Redis at %lld ms into its hold of %s, still held "
+                     "it %lld ms later (longer than the lease) and on_lost never came "
+                     "(unlock %d)", s[i].slot, (long long)(tc - s[i].t_acq) / 1000, s[i].name,
+                     (long long)(s[i].t_rel - tc) / 1000, s[i].rc);
+            if (take >= 0 && s[i].t_lost > 0 && kind != 'F' &&
+                (r->margin_n++ == 0 || take - s[i].t_lost < r->margin_min))
+                r->margin_min = take - s[i].t_lost;
+            if (take >= 0 && s[i].t_lost > take) {
+                r->onlost_late++;
+                viol(r, V_I6, "on_lost of cut holder w%d on %s came %.1f ms after another "
+                     "worker was granted it (%.0f ms after the cut)", s[i].slot, s[i].name,
+                     (double)(s[i].t_lost - take) / 1e3, (double)(s[i].t_lost - tc) / 1e3);
+            }
+        }
+    }
+    freeReplyObject(cuts);
+    free(s);
+    qsort(r->detect, (size_t)r->ndetect, sizeof *r->detect, cmp64);
+    qsort(r->ntake, (size_t)r->nntake, sizeof *r->ntake, cmp64);
+    qsort(r->recover, (size_t)r->nrecover, sizeof *r->recover, cmp64);
+}
+
+static void fig(char *buf, size_t len, const int64_t *v, int n)
+{
+    if (n == 0)
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%.0f/%.0f", (double)v[n / 2] / 1e3, (double)v[n - 1] / 1e3);
+}
+
+int net_report(const scenario_t *scen, int nscen, const result_t *res, const int *ran)
+{
+    int failed = 0;
+    printf("\nnetwork figures (ms; cut: the DROP rule in force; detect: cut -> on_lost of the "
+           "cut holder; takeover: cut -> next grant of its name to another worker; recovery: "
+           "heal -> the cut worker's next grant; late: on_lost after that takeover; margin: the "
+           "least time from a cut holder's on_lost to that takeover):\n");
+    printf("%-15s %5s %7s %11s %11s %6s %11s %11s %5s %6s %11s %6s\n", "scenario", "cuts",
+           "holders", "detect ms", "detect", "false", "takeover ms", "recovery ms", "late",
+           "margin", "slow recov", "viol");
+    printf("%-15s %5s %7s %11s %11s %6s %11s %11s %5s %6s %11s %6s\n", "", "", "cut", "p50/max",
+           "/lease", "lost", "p50/max", "p50/max", "", "min ms", "uncontend", "");
+    for (int k = 0; k < nscen; k++) {
+        if (!ran[k])
+            continue;
+        const result_t *r = &res[k];
+        char d[32], dl[32] = "-", t[32], rc[32];
+        fig(d, sizeof d, r->detect, r->ndetect);
+        if (r->ndetect)
+            snprintf(dl, sizeof dl, "%.2f/%.2f", (double)r->detect[r->ndetect / 2] / 1e3 / scen[k].lease_ms,
+                     (double)r->detect[r->ndetect - 1] / 1e3 / scen[k].lease_ms);
+        fig(t, sizeof t, r->ntake, r->nntake);
+        fig(rc, sizeof rc, r->recover, r->nrecover);
+        char fl[16] = "-";
+        if (scen[k].net == NET_SLOW_LOSSY)
+            snprintf(fl, sizeof fl, "%ld", r->false_lost);
+        char mg[16] = "-";
+        if (r->margin_n)
+            snprintf(mg, sizeof mg, "%.0f", (double)r->margin_min / 1e3);
+        printf("%-15s %5ld %7ld %11s %11s %6s %11s %11s %5ld %6s %11ld %6ld\n", scen[k].name,
+               r->net_cuts, r->cut_holders, d, dl, fl, t, rc, r->onlost_late, mg, r->recover_slow,
+               total_viol(r));
+        if (r->false_lost || r->recover_slow)
+            failed = 1;
+    }
+    printf("(false lost: net-slow-lossy only, where Redis kept every hold: any RS_ELOST or "
+           "on_lost there is false; slow recov: a cut worker granted again later than lease + "
+           "timeout_ms after the heal although nobody else held that name meanwhile; either "
+           "fails the run, as does a late on_lost, an I6 violation)\n");
+    return failed;
+}
