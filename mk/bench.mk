@@ -21,8 +21,10 @@
 #                     lock/unlock cycles (bench/memory/memory.c); MEMORY_ARGS='CYCLES THREADS'
 #
 #   make bench        also runs build/redisync-bench-tls (or alone: make bench-tls): PING and
-#                     uncontended lock+unlock over plain and TLS, and a new TLS connection
-#                     with a full handshake against a resumed session (bench/tls/tls.c)
+#                     uncontended lock+unlock over plain and TLS, a new TLS connection with a
+#                     full handshake against a resumed session, a bare OpenSSL client sending
+#                     the lock's two EVALSHAs, and contended handoff plain and TLS, with issue
+#                     12's two targets as PASS/MISS (bench/tls/tls.c)
 #
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).

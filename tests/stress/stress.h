@@ -19,6 +19,11 @@
  *                    (SIGSTOP) N times for 1.5 leases while they run, so holds are lost and
  *                    the RS_ELOST paths of the workers run (not in CI: losses weaken the
  *                    exclusion checks to warnings)
+ *   STRESS_TLS       1: the server also listens for TLS (tests/support/tls.c makes the
+ *                    certificates with openssl) and every client of st_open goes to
+ *                    rediss://127.0.0.1:TLSPORT?tls_ca=..., so the library's OpenSSL path
+ *                    runs under the sanitizers too. The plain port stays for the program's
+ *                    own admin commands (ts_cmd_*, ts_info_ll, the I7 check of st_finish).
  *
  * Distributed exclusion is invisible to ThreadSanitizer, so the programs never rely on it to
  * order their own memory: shared counters are atomics (relaxed, read then written, so a
@@ -41,6 +46,7 @@
 
 #include "redis_server.h"
 #include "redisync.h"
+#include "tls.h"
 
 static atomic_int st_failures;
 static atomic_int st_lost;     /* on_lost calls */
@@ -140,14 +146,43 @@ static inline void st_log(int level, const char *msg, void *arg)
         fprintf(stderr, "%s: log %d: %s\n", st_prog, level, msg);
 }
 
-/* Starts the program's redis-server; exits 2 when it cannot. */
+/* STRESS_TLS: the certificates and the URL every st_open client uses (see the top). */
+static int st_tls_on;
+static tt_certs_t st_certs;
+static char st_tls_url[600];
+
+/* Starts the program's redis-server (with a TLS port too under STRESS_TLS=1); exits 2 when
+ * it cannot. */
 static inline void st_start_server(ts_server_t *srv, const char *prog)
 {
     st_prog = prog;
+    if (st_env_int("STRESS_TLS", 0)) {
+        int tport;
+        if (tt_certs_make(&st_certs) != 0) {
+            fprintf(stderr, "%s: cannot make the TLS certificates\n", prog);
+            exit(2);
+        }
+        if (tt_server_start(srv, &tport, &st_certs, NULL, 0) != 0) {
+            tt_certs_free(&st_certs);
+            fprintf(stderr, "%s: cannot start a TLS redis-server\n", prog);
+            exit(2);
+        }
+        snprintf(st_tls_url, sizeof st_tls_url, "rediss://127.0.0.1:%d?tls_ca=%s", tport,
+                 st_certs.ca);
+        st_tls_on = 1;
+        fprintf(stderr, "%s: over TLS (%s)\n", prog, st_tls_url);
+        return;
+    }
     if (ts_server_start(srv, NULL) != 0) {
         fprintf(stderr, "%s: cannot start redis-server\n", prog);
         exit(2);
     }
+}
+
+/* The URL the library's clients use: the server's, or its TLS port's under STRESS_TLS. */
+static inline const char *st_url(const ts_server_t *srv)
+{
+    return st_tls_on ? st_tls_url : srv->url;
 }
 
 /* A client of srv with a unique prefix (shared by every client of one program when prefix
@@ -156,7 +191,7 @@ static inline rs_client_t *st_open(const ts_server_t *srv, const char *prefix)
 {
     rs_config_t cfg;
     rs_config_init(&cfg);
-    cfg.url = srv->url;
+    cfg.url = st_url(srv);
     cfg.prefix = prefix;
     cfg.lease_ms = st_lease_ms();
     cfg.timeout_ms = 10000; /* sanitizers and valgrind are slow; Redis is local */
@@ -165,7 +200,7 @@ static inline rs_client_t *st_open(const ts_server_t *srv, const char *prefix)
     rs_client_t *c = NULL;
     int rc = rs_client_open(&c, &cfg);
     if (rc != 0) {
-        fprintf(stderr, "%s: rs_client_open(%s): %d %s\n", st_prog, srv->url, rc,
+        fprintf(stderr, "%s: rs_client_open(%s): %d %s\n", st_prog, st_url(srv), rc,
                 rs_client_lasterror(NULL));
         exit(2);
     }
@@ -238,6 +273,8 @@ static inline int st_finish(ts_server_t *srv, long long started_ms)
               ts_cmd_str(srv, list, sizeof list, "CLIENT LIST") ? list : "?");
     }
     ts_server_stop(srv);
+    if (st_tls_on)
+        tt_certs_free(&st_certs);
     int f = atomic_load(&st_failures);
     fprintf(stderr, "%s: %s in %.1f s (%d failure(s), %d on_lost, %ld log lines)\n", st_prog,
             f ? "FAILED" : "ok", (double)(st_mono_ms() - started_ms) / 1000.0, f,
