@@ -111,20 +111,29 @@ static void acquire(model_t *m, int i, const char *mode, int fresh)
     freeReplyObject(r);
 }
 
-static void step_done(model_t *m, int i)
+/* The runner's done (fn succeeded) or rel (fn failed): 0 for a lost run (it then knows, and
+ * nothing changes), else 1; returns whether the call counted. */
+static int runner_ends(model_t *m, int i, const char *op, const char *what)
 {
     tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "done by runner %d, id %s%s", i, o->id,
+    snprintf(tm_what, sizeof tm_what, "%s by runner %d, id %s%s", what, i, o->id,
              o->lost ? " (lost)" : "");
-    long long v = tm_int(tm_call(&m->w, "done", i, o->id, NULL, NULL, 0));
+    long long v = tm_int(tm_call(&m->w, op, i, o->id, NULL, NULL, 0));
     o->st = TM_IDLE, o->handed = 0;
     if (o->lost) {
-        TM_FAIL_IF(v != 0, "a lost run set the mark: reply %lld", v);
+        TM_FAIL_IF(v != 0, "a lost run counted: reply %lld", v);
         o->lost = 0;
-        return;
+        return 0;
     }
     TM_FAIL_IF(v != 1, "reply %lld", v);
     m->holder = -1;
+    return 1;
+}
+
+static void step_done(model_t *m, int i)
+{
+    if (!runner_ends(m, i, "done", "done"))
+        return;
     m->done = 1;
     for (int j = 0; j < m->w.nq; j++)
         m->gone[m->w.q[j]] = 1; /* told to retry; their entries are deleted */
@@ -133,19 +142,8 @@ static void step_done(model_t *m, int i)
 
 static void step_fail(model_t *m, int i)
 {
-    tm_owner_t *o = &m->w.o[i];
-    snprintf(tm_what, sizeof tm_what, "rel (fn failed) by runner %d, id %s%s", i, o->id,
-             o->lost ? " (lost)" : "");
-    long long v = tm_int(tm_call(&m->w, "rel", i, o->id, NULL, NULL, 0));
-    o->st = TM_IDLE, o->handed = 0;
-    if (o->lost) {
-        TM_FAIL_IF(v != 0, "a lost run released: reply %lld", v);
-        o->lost = 0;
-        return;
-    }
-    TM_FAIL_IF(v != 1, "reply %lld", v);
-    m->holder = -1;
-    hand_to_head(m); /* the failed run goes straight to the next waiter */
+    if (runner_ends(m, i, "rel", "rel (fn failed)"))
+        hand_to_head(m); /* the failed run goes straight to the next waiter */
 }
 
 static void step_waiter(model_t *m, int i, unsigned dice)

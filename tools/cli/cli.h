@@ -69,6 +69,8 @@ int open_failed(int rc, const opts_t *o);
 /* Status for a failed library call (other than the expected busy/timeout), after printing. */
 int call_failed(rs_client_t *c, int rc, const char *what);
 void config_from(rs_config_t *cfg, const opts_t *o);
+/* A client from the options: 0, or the exit status after printing why. */
+int open_client(const opts_t *o, rs_client_t **out);
 
 /* hold.c: lock, rdlock, wrlock, sem */
 typedef enum { H_MUTEX, H_READ, H_WRITE, H_SEM, H_ONCE } hkind_t;

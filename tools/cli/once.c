@@ -69,12 +69,10 @@ static int run_command(void *arg, uint64_t fence)
 
 int run_once(const opts_t *o, const char *name, char **command)
 {
-    rs_config_t cfg;
-    config_from(&cfg, o);
     rs_client_t *c = NULL;
-    int rc = rs_client_open(&c, &cfg);
+    int rc = open_client(o, &c);
     if (rc)
-        return open_failed(rc, o);
+        return rc;
     rs_once_t *once = NULL;
     int status;
     if ((rc = rs_once_init(&once, c, name)) != 0) {

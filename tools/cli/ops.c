@@ -32,12 +32,10 @@ extern char **environ;
 
 int run_latch(const opts_t *o, const char *name, int action, unsigned long arm_n)
 {
-    rs_config_t cfg;
-    config_from(&cfg, o);
     rs_client_t *c = NULL;
-    int rc = rs_client_open(&c, &cfg);
+    int rc = open_client(o, &c);
     if (rc)
-        return open_failed(rc, o);
+        return rc;
     rs_latch_t *l = NULL;
     rc = rs_latch_init(&l, c, name, 0);
     int status = 0;
@@ -149,12 +147,10 @@ static void print_info(const rs_info_t *in, const char *name)
 
 int run_info(const opts_t *o, const char *name)
 {
-    rs_config_t cfg;
-    config_from(&cfg, o);
     rs_client_t *c = NULL;
-    int rc = rs_client_open(&c, &cfg);
+    int rc = open_client(o, &c);
     if (rc)
-        return open_failed(rc, o);
+        return rc;
     int found = 0, status = 0;
     for (size_t i = 0; i < NKINDS; i++) {
         if (o->kind && strcmp(o->kind, kinds[i]) != 0)
@@ -198,12 +194,10 @@ static int list_each(const char *kind, const char *name, void *arg)
 
 int run_list(const opts_t *o, const char *pattern)
 {
-    rs_config_t cfg;
-    config_from(&cfg, o);
     rs_client_t *c = NULL;
-    int rc = rs_client_open(&c, &cfg);
+    int rc = open_client(o, &c);
     if (rc)
-        return open_failed(rc, o);
+        return rc;
     int status = 0;
     rc = rs_list(c, pattern, list_each, NULL);
     if (rc)
@@ -216,12 +210,10 @@ int run_list(const opts_t *o, const char *pattern)
 
 int run_release(const opts_t *o, const char *name)
 {
-    rs_config_t cfg;
-    config_from(&cfg, o);
     rs_client_t *c = NULL;
-    int rc = rs_client_open(&c, &cfg);
+    int rc = open_client(o, &c);
     if (rc)
-        return open_failed(rc, o);
+        return rc;
     int status = 0;
     rs_info_t in;
     memset(&in, 0, sizeof in);

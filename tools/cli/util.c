@@ -208,3 +208,10 @@ void config_from(rs_config_t *cfg, const opts_t *o)
     }
 }
 
+int open_client(const opts_t *o, rs_client_t **out)
+{
+    rs_config_t cfg;
+    config_from(&cfg, o);
+    int rc = rs_client_open(out, &cfg);
+    return rc ? open_failed(rc, o) : 0;
+}
