@@ -60,29 +60,6 @@ RS_API const char *rs_strerror(int err)
 }
 
 /* fork() detection without a system call per call: every child bumps a generation. */
-static atomic_uint rs_fork_generation;
-static pthread_once_t rs_atfork_once = PTHREAD_ONCE_INIT;
-
-static void on_fork_child(void)
-{
-    atomic_fetch_add(&rs_fork_generation, 1);
-}
-
-static void atfork_register(void)
-{
-    pthread_atfork(NULL, NULL, on_fork_child);
-}
-
-int rs__forked(const rs_client_t *c)
-{
-    return rs__fork_generation() != c->fork_generation;
-}
-
-unsigned rs__fork_generation(void)
-{
-    return atomic_load(&rs_fork_generation);
-}
-
 static void hex(const unsigned char *in, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";
@@ -220,8 +197,7 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     c->on_lost_arg = cfg.on_lost_arg;
     c->log = cfg.log;
     c->log_arg = cfg.log_arg;
-    pthread_once(&rs_atfork_once, atfork_register);
-    c->fork_generation = atomic_load(&rs_fork_generation);
+    c->fork_generation = rs__fork_watch();
 
     unsigned char rnd[24];
     if (rs__random_bytes(rnd, sizeof rnd) != 0) {
@@ -292,31 +268,6 @@ fail:
     rs__conn_pool_free(c);
     rs__client_unref(c);
     return rc;
-}
-
-int rs__enter(rs_client_t *c)
-{
-    if (!c)
-        return rs__fail(NULL, EINVAL, "client is NULL");
-    if (rs__forked(c))
-        return rs__fail(c, RS_EFORK, "this client was opened before fork(); the child may only "
-                                     "close it");
-    pthread_mutex_lock(&c->life_mu);
-    int closing = atomic_load(&c->closing);
-    if (!closing)
-        c->active++;
-    pthread_mutex_unlock(&c->life_mu);
-    if (closing)
-        return rs__fail(c, ECANCELED, "the client is closed");
-    return 0;
-}
-
-void rs__leave(rs_client_t *c)
-{
-    pthread_mutex_lock(&c->life_mu);
-    if (--c->active == 0 && atomic_load(&c->closing))
-        pthread_cond_broadcast(&c->life_cv);
-    pthread_mutex_unlock(&c->life_mu);
 }
 
 /* Releases, owner-checked, every hold still registered (best effort: Redis may be gone,

@@ -276,7 +276,7 @@ size_t rs__owner_token(const rs_client_t *c, uint64_t no, char *buf);
 size_t rs__acq_id(rs_client_t *c, char *buf);
 /* getrandom(2), retried on EINTR: 0 or -1 */
 int rs__random_bytes(unsigned char *buf, size_t n);
-unsigned rs__fork_generation(void); /* bumped in every fork child (pthread_atfork) */
+unsigned rs__fork_generation(void); /* life.c: bumped in every fork child (pthread_atfork) */
 
 typedef struct rs_lease rs_lease_t;
 /* What one thread holds through one handle. */
@@ -726,8 +726,11 @@ struct rs_client {
 /* Handles keep the client's memory alive after rs_client_close (then c->closed is 1). */
 void rs__client_ref(rs_client_t *c);
 void rs__client_unref(rs_client_t *c);
-/* 1 in a child of fork() (of the process that opened c). */
+/* life.c (the bottom layer, under every other file of lib/): 1 in a child of fork() (of the
+ * process that opened c). */
 int rs__forked(const rs_client_t *c);
+/* The fork generation a new client records (and the fork watch set up, once). */
+unsigned rs__fork_watch(void);
 /* Every public call on a client brackets its work with these: EFORK in a forked child,
  * ECANCELED once closing. */
 int rs__enter(rs_client_t *c);
