@@ -314,7 +314,9 @@ int rs__decode_grant(const rs_call_t *k, const redisReply *r, rs_attempt_t *out)
         if (v == -1)
             return rs__fail(c, EDEADLK, "this thread already holds %s \"%.*s\"", k->h->kind,
                             RS_HNAME(k->h));
+        out->done = 0;
         if (v == 2) { /* the primitive is done: nothing to wait for or to hold (once.lua) */
+            out->granted = 0;
             out->done = 1;
             return 0;
         }
@@ -353,7 +355,10 @@ static int run_acquiring(rs_call_t *k, const char *op, const char *mode, rs_atte
     redisReply *r;
     long long acked = -1;
     out->sent_ns = rs__now_ns();
-    int rc = rs__eval_confirm(c, k->h->script, k->h->nkeys, &v, &r, &acked);
+    /* the lease counts from the send of the call Redis answered, not from the first try: a
+     * call that waited out TRYAGAIN (a slot half-way through a migration) for longer than
+     * the lease was taken for a hold lost at its grant */
+    int rc = rs__eval_confirm(c, k->h->script, k->h->nkeys, &v, &r, &acked, &out->sent_ns);
     if (rc)
         return rc;
     rc = rs__decode_grant(k, r, out);

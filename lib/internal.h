@@ -239,9 +239,11 @@ int rs__eval(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *a
 /* rs__eval, and with min_replicas > 0 confirms the call with WAIT min_replicas
  * replica_timeout_ms sent on the same connection right behind it (after a PUBLISH of ours,
  * so that WAIT covers the call even when it wrote nothing itself). *acked is WAIT's count
- * (-1 when WAIT failed or min_replicas is 0); the caller decides what a shortfall means. */
+ * (-1 when WAIT failed or min_replicas is 0); the caller decides what a shortfall means.
+ * *sent_ns (if not NULL): when the call that was answered was sent, a lower bound of when
+ * Redis ran it (the retries before it, TRYAGAIN, LOADING, a reconnect, came earlier). */
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
-                     redisReply **out, long long *acked);
+                     redisReply **out, long long *acked, uint64_t *sent_ns);
 /* Builds the argv of EVALSHA sha nkeys args... into out (references only). */
 void rs__evalsha_argv(const rs_script_t *s, int nkeys, const rs_argv_t *args, rs_argv_t *out);
 /* SCRIPT LOAD s on ctx. 0, RS_ECONN or RS_ESERVER. */

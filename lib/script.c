@@ -123,11 +123,11 @@ static int run_on(rs_client_t *c, redisContext *ctx, rs_argv_t *av, int asking, 
 int rs__eval(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
              redisReply **out)
 {
-    return rs__eval_confirm(c, s, nkeys, args, out, NULL);
+    return rs__eval_confirm(c, s, nkeys, args, out, NULL, NULL);
 }
 
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
-                     redisReply **out, long long *acked)
+                     redisReply **out, long long *acked, uint64_t *sent_ns)
 {
     int confirm = acked && c->min_replicas > 0;
     long long ack_local;
@@ -171,6 +171,7 @@ int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
         }
         redisReply *r;
         int moved_to, ask = 0;
+        uint64_t sent = rs__now_ns();
         if (run_on(c, k->ctx, &av, asking, confirm, &r, acked) != 0) {
             snprintf(why, sizeof why, "%s", k->ctx->errstr[0] ? k->ctx->errstr : "connection lost");
             rs__conn_put(c, k, 1);
@@ -180,6 +181,8 @@ int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
         } else if (r->type != REDIS_REPLY_ERROR) {
             rs__conn_put(c, k, 0);
             *out = r;
+            if (sent_ns)
+                *sent_ns = sent;
             return 0;
         } else if (rs__is_noscript(r)) {
             freeReplyObject(r);
@@ -194,9 +197,14 @@ int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
              * only goes to the node that imports the slot, with ASKING */
             freeReplyObject(r);
             rs__conn_put(c, k, 0);
-            hops++;
+            /* only MOVED counts toward the bound (a map that keeps pointing elsewhere): an
+             * ASK is one call elsewhere, and an ASK that meets TRYAGAIN there (a multi-key
+             * call on a slot half-way through a migration, its keys on neither side yet)
+             * waits with the back-off of the transient errors until timeout_ms */
             if (ask)
                 ask_node = moved_to;
+            else
+                hops++;
             continue;
         } else if (rs__is_topology_error(c, r)) {
             /* the master moved (failover): reconnect through the sentinels and run it again */

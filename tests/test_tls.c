@@ -29,126 +29,9 @@
 #include "cluster.h"
 #include "sentinel.h"
 #include "tls.h"
+#include "test_tls.h"
 
 TestSuite(tls, .timeout = 60);
-
-/* ------------------------------------------------------------------------------------- */
-/* Helpers                                                                                */
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n - 1; /* the directory's own */
-}
-
-typedef struct logbook {
-    atomic_int warn;
-    char last[256];
-} logbook_t;
-
-static void log_cb(int level, const char *msg, void *arg)
-{
-    logbook_t *b = arg;
-    if (level == RS_LOG_WARN && strstr(msg, "tls_verify=0")) {
-        snprintf(b->last, sizeof b->last, "%s", msg);
-        atomic_fetch_add(&b->warn, 1);
-    }
-}
-
-/* rs_client_open on url; *rc its result, *ms how long it took. */
-static rs_client_t *open_url(const char *url, long lease_ms, long timeout_ms, tu_lost_t *lc,
-                             logbook_t *lb, int *rc, long long *ms)
-{
-    rs_config_t cfg;
-    rs_config_init(&cfg);
-    cfg.url = url;
-    cfg.lease_ms = lease_ms;
-    cfg.timeout_ms = timeout_ms;
-    if (lc) {
-        cfg.on_lost = tu_on_lost;
-        cfg.on_lost_arg = lc;
-    }
-    if (lb) {
-        cfg.log = log_cb;
-        cfg.log_arg = lb;
-    }
-    rs_client_t *c = NULL;
-    long long t0 = tu_mono_ms();
-    *rc = rs_client_open(&c, &cfg);
-    if (ms)
-        *ms = tu_mono_ms() - t0;
-    return c;
-}
-
-static rs_client_t *open_ok(const char *url, long lease_ms, tu_lost_t *lc)
-{
-    int rc;
-    rs_client_t *c = open_url(url, lease_ms, 3000, lc, NULL, &rc, NULL);
-    cr_assert_eq(rc, 0, "rs_client_open(%s): %d %s", url, rc, rs_client_lasterror(NULL));
-    return c;
-}
-
-/* The test's certificates and one TLS server (auth_clients: mutual TLS). */
-typedef struct env {
-    tt_certs_t certs;
-    ts_server_t s;
-    int port;
-    char url[1024]; /* rediss://127.0.0.1:PORT?tls_ca=CA */
-} env_t;
-
-static void env_start(env_t *e, const char *cert, int auth_clients)
-{
-    memset(e, 0, sizeof *e);
-    cr_assert_eq(tt_certs_make(&e->certs), 0, "cannot make certificates with openssl");
-    cr_assert_eq(tt_server_start(&e->s, &e->port, &e->certs,
-                                 cert && !strcmp(cert, "expired") ? e->certs.expired_cert : NULL,
-                                 auth_clients),
-                 0, "cannot start a TLS redis-server");
-    snprintf(e->url, sizeof e->url, "rediss://%s127.0.0.1:%d?tls_ca=%s", ts_acl_userinfo(),
-             e->port, e->certs.ca);
-}
-
-static void env_stop(env_t *e)
-{
-    ts_server_stop(&e->s);
-    tt_certs_free(&e->certs);
-}
-
-/* Expects rs_client_open(url) to fail with code within bound_ms, its message containing
- * want (and want2, if given), and no descriptor left behind. */
-static void expect_open_fails(const char *url, long timeout_ms, int code, const char *want,
-                              const char *want2, long bound_ms)
-{
-    int before = count_fds();
-    int rc;
-    long long ms;
-    rs_client_t *c = open_url(url, 0, timeout_ms, NULL, NULL, &rc, &ms);
-    const char *msg = rs_client_lasterror(NULL);
-    cr_log_info("open %s: %d in %lld ms: %s", url, rc, ms, msg);
-    cr_expect_null(c);
-    cr_expect_eq(rc, code, "rs_client_open(%s): %d, wanted %d (%s)", url, rc, code, msg);
-    cr_expect(strstr(msg, want) || (want2 && strstr(msg, want2)),
-              "message \"%s\" lacks \"%s\"%s%s", msg, want, want2 ? " or " : "",
-              want2 ? want2 : "");
-    cr_expect_leq(ms, bound_ms, "took %lld ms (bound %ld)", ms, bound_ms);
-    cr_expect_eq(count_fds(), before, "descriptors before %d, after %d", before, count_fds());
-    if (c)
-        rs_client_close(c);
-}
-
-static rs_mutex_t *new_mutex(rs_client_t *c, const char *name)
-{
-    rs_mutex_t *m = NULL;
-    int rc = rs_mutex_init(&m, c, name);
-    cr_assert_eq(rc, 0, "rs_mutex_init(%s): %d %s", name, rc, rs_client_lasterror(c));
-    return m;
-}
 
 /* ------------------------------------------------------------------------------------- */
 /* The primitives over TLS                                                                */
@@ -394,6 +277,15 @@ Test(tls, expired_certificate)
     env_stop(&e);
 }
 
+Test(tls, not_yet_valid_certificate)
+{
+    env_t e;
+    env_start(&e, "future", 0);
+    expect_open_fails(e.url, 1000, RS_ECONN, "certificate verify failed: certificate is not yet "
+                      "valid", NULL, 2500);
+    env_stop(&e);
+}
+
 Test(tls, host_name_mismatch)
 {
     env_t e;
@@ -529,45 +421,6 @@ Test(tls, verify_off_works_and_warns_once)
 }
 
 /* ------------------------------------------------------------------------------------- */
-/* Redlock over three TLS masters (the fan-out reads every master through the transport)  */
-
-Test(tls, redlock_over_three_tls_masters)
-{
-    tt_certs_t t;
-    cr_assert_eq(tt_certs_make(&t), 0);
-    ts_server_t s[3];
-    int port[3];
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(tt_server_start(&s[i], &port[i], &t, NULL, 0), 0);
-    char url[1024];
-    snprintf(url, sizeof url, "redlock://%s127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?tls=1&tls_ca=%s",
-             ts_acl_userinfo(), port[0], port[1], port[2], t.ca);
-    tu_lost_t lc = {0};
-    rs_client_t *c = open_ok(url, 600, &lc), *c2 = open_ok(url, 600, NULL);
-    rs_mutex_t *m = new_mutex(c, "rl"), *m2 = new_mutex(c2, "rl");
-    cr_assert_eq(rs_mutex_lock(m), 0, "lock: %s", rs_client_lasterror(c));
-    for (int i = 0; i < 3; i++)
-        cr_expect_eq(ts_cmd_int(&s[i], "EXISTS rs:{rl}:mutex"), 1, "master %d", i);
-    cr_expect_eq(rs_mutex_trylock(m2), EBUSY);
-    tu_sleep_ms(1200); /* two leases: renewed on the masters through the watchdog */
-    cr_expect_eq(rs_mutex_unlock(m), 0, "unlock: %s", rs_client_lasterror(c));
-    /* one master down: a quorum of two still grants */
-    ts_server_kill(&s[2]);
-    cr_expect_eq(rs_mutex_lock(m2), 0, "lock with one master down: %s",
-                 rs_client_lasterror(c2));
-    cr_expect_eq(rs_mutex_trylock(m), EBUSY);
-    cr_expect_eq(rs_mutex_unlock(m2), 0);
-    cr_expect_eq(atomic_load(&lc.n), 0);
-    rs_mutex_destroy(m);
-    rs_mutex_destroy(m2);
-    rs_client_close(c);
-    rs_client_close(c2);
-    for (int i = 0; i < 3; i++)
-        ts_server_stop(&s[i]);
-    tt_certs_free(&t);
-}
-
-/* ------------------------------------------------------------------------------------- */
 /* fork and SIGPIPE                                                                       */
 
 typedef struct fork_arg {
@@ -639,132 +492,6 @@ Test(tls, no_sigpipe_when_the_server_is_gone)
     rs_mutex_destroy(m);
     rs_client_close(c);
     env_stop(&e);
-}
-
-/* ------------------------------------------------------------------------------------- */
-/* Cluster over TLS: the slot map and MOVED name the nodes' TLS ports to a TLS client     */
-
-Test(tls, cluster_with_tls_and_a_moved_slot)
-{
-    tt_certs_t t;
-    cr_assert_eq(tt_certs_make(&t), 0);
-    ts_server_t nodes[3];
-    int port[3];
-    cr_assert_eq(tt_cluster_start(nodes, 3, port, &t), 0, "cannot start a TLS cluster");
-    char url[1024];
-    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d?tls=1&tls_ca=%s",
-             ts_deploy_userinfo(), port[0], t.ca);
-    rs_client_t *c = open_ok(url, 600, NULL), *c2 = open_ok(url, 600, NULL);
-
-    /* names on every node, locked and renewed over TLS */
-    rs_mutex_t *m[6];
-    for (int i = 0; i < 6; i++) {
-        char name[8];
-        snprintf(name, sizeof name, "n%d", i);
-        m[i] = new_mutex(c, name);
-        cr_expect_eq(rs_mutex_lock(m[i]), 0, "lock %s: %s", name, rs_client_lasterror(c));
-    }
-    tu_sleep_ms(1200); /* two leases */
-    for (int i = 0; i < 6; i++) {
-        cr_expect_eq(rs_mutex_unlock(m[i]), 0, "unlock: %s", rs_client_lasterror(c));
-        rs_mutex_destroy(m[i]);
-    }
-
-    /* an empty slot moved behind the clients' back: the first call meets MOVED, which names
-     * the new owner's TLS port */
-    int slot = (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT rs:{mv}:mutex");
-    int src = ts_cluster_owner(nodes, 3, slot), dst = (src + 1) % 3;
-    cr_assert_geq(src, 0);
-    char id[64], buf[256];
-    cr_assert_not_null(ts_cluster_myid(&nodes[dst], id, sizeof id));
-    for (int i = 0; i < 3; i++)
-        cr_assert_not_null(ts_cmd_str(&nodes[i], buf, sizeof buf, "CLUSTER SETSLOT %d NODE %s",
-                                      slot, id));
-    rs_mutex_t *mv = new_mutex(c2, "mv");
-    cr_expect_eq(rs_mutex_lock(mv), 0, "lock after the move: %s", rs_client_lasterror(c2));
-    cr_expect_eq(ts_cmd_int(&nodes[dst], "EXISTS rs:{mv}:mutex"), 1, "not on the new owner");
-    long long moved = ts_info_ll(&nodes[src], "errorstats", "errorstat_MOVED", "count");
-    cr_expect_gt(moved, 0, "the client never met a MOVED");
-    cr_expect_eq(rs_mutex_unlock(mv), 0);
-    rs_mutex_destroy(mv);
-    rs_client_close(c);
-    rs_client_close(c2);
-    ts_cluster_stop(nodes, 3);
-    tt_certs_free(&t);
-}
-
-/* ------------------------------------------------------------------------------------- */
-/* Sentinel over TLS: sentinels, master and replica on TLS ports, through a failover      */
-
-static int sentinel_master_is(const ts_server_t *sent, int port)
-{
-    return ts_sentinel_master_port(sent, "tlsmaster") == port;
-}
-
-Test(tls, sentinel_failover)
-{
-    tt_certs_t t;
-    cr_assert_eq(tt_certs_make(&t), 0);
-    ts_server_t master, replica, sent;
-    int mport, rport, sport;
-    const char *mx[] = {"--repl-diskless-sync-delay", "0", "--tls-replication", "yes", NULL};
-    cr_assert_eq(tt_server_startx(&master, &mport, &t, NULL, 0, mx), 0);
-    char mp[16];
-    snprintf(mp, sizeof mp, "%d", mport);
-    const char *rx[] = {"--replicaof", "127.0.0.1", mp, "--repl-diskless-sync-delay", "0",
-                        "--tls-replication", "yes", NULL};
-    cr_assert_eq(tt_server_startx(&replica, &rport, &t, NULL, 0, rx), 0);
-    cr_assert_eq(ts_wait_replica_up(&replica, 15000), 0, "replication over TLS never came up");
-    cr_assert_eq(ts_wait_replicas_online(&master, 1, 15000), 0);
-    cr_assert_eq(tt_sentinel_start(&sent, &sport, &t, "tlsmaster", mport, 1, 1000, 5000), 0);
-    char url[1024];
-    snprintf(url, sizeof url, "redis-sentinel://%s127.0.0.1:%d/tlsmaster?tls=1&tls_ca=%s",
-             ts_deploy_userinfo(), sport, t.ca);
-    rs_client_t *c = open_ok(url, 1000, NULL);
-    rs_mutex_t *m = new_mutex(c, "s");
-    cr_expect_eq(rs_mutex_lock(m), 0, "lock: %s", rs_client_lasterror(c));
-    cr_expect_eq(ts_cmd_int(&master, "EXISTS rs:{s}:mutex"), 1);
-    cr_expect_eq(rs_mutex_unlock(m), 0);
-
-    char reply[128] = "";
-    long long until = tu_mono_ms() + 20000;
-    while (tu_mono_ms() < until) {
-        if (ts_cmd_str(&sent, reply, sizeof reply, "SENTINEL FAILOVER tlsmaster") &&
-            !strcmp(reply, "OK"))
-            break;
-        tu_sleep_ms(100); /* NOGOODSLAVE until the sentinel has seen the replica */
-    }
-    cr_assert_str_eq(reply, "OK", "SENTINEL FAILOVER: %s", reply);
-    until = tu_mono_ms() + 20000;
-    while (!sentinel_master_is(&sent, rport) && tu_mono_ms() < until)
-        tu_sleep_ms(20);
-    cr_assert(sentinel_master_is(&sent, rport), "the sentinel never named the replica's TLS "
-              "port (it names %d)", ts_sentinel_master_port(&sent, "tlsmaster"));
-    /* the client follows the switch to the new master, over TLS (a lock right after the
-     * switch may still land on the old master, which answers as a master until it is
-     * demoted, if the client has not heard of the switch yet: then it goes on) */
-    int rc = -1, there = 0;
-    until = tu_mono_ms() + 20000;
-    while (tu_mono_ms() < until) {
-        struct timespec dl = tu_abs_in(3000);
-        if ((rc = rs_mutex_timedlock(m, &dl)) == 0) {
-            there = ts_cmd_int(&replica, "EXISTS rs:{s}:mutex") == 1;
-            if (there)
-                break;
-            rs_mutex_unlock(m);
-        }
-        tu_sleep_ms(100);
-    }
-    cr_expect_eq(rc, 0, "lock after the failover: %d %s", rc, rs_client_lasterror(c));
-    cr_expect(there, "never on the new master");
-    if (rc == 0)
-        cr_expect_eq(rs_mutex_unlock(m), 0);
-    rs_mutex_destroy(m);
-    rs_client_close(c);
-    ts_server_stop(&sent);
-    ts_server_stop(&replica);
-    ts_server_stop(&master);
-    tt_certs_free(&t);
 }
 
 /* ------------------------------------------------------------------------------------- */

@@ -51,7 +51,13 @@ static void decode(const redisReply *r)
         if (!first_int(r, -1))
             fail("EDEADLK without {-1}", r, rc);
     } else if (rc == 0) {
-        if (at.granted == 1) {
+        if (at.done != 0 && at.done != 1)
+            fail("done is neither 0 nor 1", r, rc);
+        if (at.done && (!first_int(r, 2) || at.granted))
+            fail("done without {2}, or done and granted", r, rc);
+        if (at.done) {
+            /* nothing else to check: no hold, no wait */
+        } else if (at.granted == 1) {
             if (!first_int(r, 1) || r->elements < 3)
                 fail("granted without {1, fence, ttl}", r, rc);
         } else if (at.granted == 0) {

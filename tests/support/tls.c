@@ -53,7 +53,13 @@ int tt_certs_make(tt_certs_t *t)
         return -1;
     }
     if (write_file(t->dir, "server.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n") ||
-        write_file(t->dir, "client.ext", "extendedKeyUsage=clientAuth\n")) {
+        write_file(t->dir, "client.ext", "extendedKeyUsage=clientAuth\n") ||
+        /* openssl ca (for a certificate valid only from 2099: x509 -req cannot set a start
+         * date in OpenSSL 3.0) wants a configuration, a database and a serial */
+        write_file(t->dir, "ca.cnf", "[ca]\ndefault_ca=d\n[d]\ndir=.\ndatabase=index.txt\n"
+                   "new_certs_dir=.\nserial=serial\ndefault_md=sha256\npolicy=p\n"
+                   "[p]\ncommonName=supplied\n") ||
+        write_file(t->dir, "index.txt", "") || write_file(t->dir, "serial", "1000\n")) {
         tt_certs_free(t);
         return -1;
     }
@@ -66,6 +72,9 @@ int tt_certs_make(tt_certs_t *t)
         "-out server.pem -days 2 -extfile server.ext",
         "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
         "-out expired.pem -days -1 -extfile server.ext",
+        "openssl ca -batch -config ca.cnf -startdate 20991231000000Z -enddate "
+        "21001231000000Z -in server.csr -out future.pem -keyfile ca.key -cert ca.pem -notext "
+        "-extfile server.ext",
         "openssl req " NEWKEY " -keyout client.key -out client.csr -subj /CN=rs-client",
         "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
         "-out client.pem -days 2 -extfile client.ext",
@@ -80,6 +89,7 @@ int tt_certs_make(tt_certs_t *t)
     snprintf(t->server_cert, sizeof t->server_cert, "%s/server.pem", t->dir);
     snprintf(t->server_key, sizeof t->server_key, "%s/server.key", t->dir);
     snprintf(t->expired_cert, sizeof t->expired_cert, "%s/expired.pem", t->dir);
+    snprintf(t->future_cert, sizeof t->future_cert, "%s/future.pem", t->dir);
     snprintf(t->client_cert, sizeof t->client_cert, "%s/client.pem", t->dir);
     snprintf(t->client_key, sizeof t->client_key, "%s/client.key", t->dir);
     return 0;

@@ -6,6 +6,7 @@
  *   server.pem / server.key  signed by it, SAN IP:127.0.0.1 and DNS:localhost
  *   client.pem / client.key  signed by it (mutual TLS)
  *   expired.pem              the server's key in a certificate that expired yesterday
+ *   future.pem               ... and in one valid only from 2099 (not yet valid)
  *   other-ca.pem             a CA that signed nothing of the above (the "wrong CA")
  * Nothing secret is committed: the keys live only in that directory, which tt_certs_free
  * removes.
@@ -24,7 +25,7 @@
 typedef struct tt_certs {
     char dir[256];
     char ca[300], server_cert[300], server_key[300], client_cert[300], client_key[300];
-    char expired_cert[300], other_ca[300];
+    char expired_cert[300], future_cert[300], other_ca[300];
 } tt_certs_t;
 
 /* 0, or -1 with a diagnostic on stderr (and nothing left behind). */
