@@ -694,6 +694,10 @@ struct rs_client {
         int started, stop;
         uint64_t wake_ns;      /* when the thread plans to wake next */
         rs_lease_t *head;      /* registered leases */
+        rs_lease_t **batch;    /* the thread's round buffers (here, not on its stack, so that a
+                                  fork child's close can free them) */
+        int *res;
+        int cap;
         struct rs_report *reports; /* losses to tell on_lost about */
         redisContext *ctx;     /* its own connection */
         unsigned ctx_gen;      /* its topology generation */

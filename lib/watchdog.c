@@ -658,9 +658,6 @@ static redisContext **dial_needed_locked(rs_client_t *c, int *node)
 static void *watchdog_main(void *arg)
 {
     rs_client_t *c = arg;
-    int cap = 0;
-    rs_lease_t **batch = NULL;
-    int *res = NULL;
     pthread_mutex_lock(&c->wd.mu);
     while (!c->wd.stop) {
         deliver_reports(c);
@@ -688,17 +685,19 @@ static void *watchdog_main(void *arg)
         if (c->wd.reports)
             continue;
         if (ndue > 0) {
-            if (n > cap) {
+            if (n > c->wd.cap) {
                 int ncap = n * 2;
-                rs_lease_t **nb = realloc(batch, (size_t)ncap * sizeof *nb);
-                int *nr = nb ? realloc(res, (size_t)ncap * sizeof *nr) : NULL;
+                rs_lease_t **nb = realloc(c->wd.batch, (size_t)ncap * sizeof *nb);
+                int *nr = nb ? realloc(c->wd.res, (size_t)ncap * sizeof *nr) : NULL;
                 if (nb)
-                    batch = nb;
+                    c->wd.batch = nb;
                 if (nr)
-                    res = nr, cap = ncap;
-                if (n > cap)
-                    n = cap; /* out of memory: renew what fits this round */
+                    c->wd.res = nr, c->wd.cap = ncap;
+                if (n > c->wd.cap)
+                    n = c->wd.cap; /* out of memory: renew what fits this round */
             }
+            rs_lease_t **batch = c->wd.batch;
+            int *res = c->wd.res;
             int k = 0;
             for (rs_lease_t *l = c->wd.head; l && k < n; l = l->next)
                 if (!l->lost && l->due_ns <= now + period_ns(l) * 2 / 3) {
@@ -745,9 +744,10 @@ static void *watchdog_main(void *arg)
         c->wd.wake_ns = 0;
     }
     deliver_reports(c);
+    free(c->wd.batch);
+    free(c->wd.res);
+    c->wd.batch = NULL, c->wd.res = NULL, c->wd.cap = 0;
     pthread_mutex_unlock(&c->wd.mu);
-    free(batch);
-    free(res);
     return NULL;
 }
 
@@ -795,4 +795,7 @@ void rs__watchdog_forget(rs_client_t *c)
         free(r);
     }
     free_conns(c); /* the child's copies of the descriptors; the parent's stay open */
+    free(c->wd.batch);
+    free(c->wd.res);
+    c->wd.batch = NULL, c->wd.res = NULL, c->wd.cap = 0;
 }

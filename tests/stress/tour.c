@@ -620,9 +620,24 @@ static void close_tour(void)
 
 /* ---- fork ------------------------------------------------------------------------------- */
 
+/* Waits (up to 10 s) until the watchdog has renewed m's hold once (its remaining lease goes
+ * up again): its connection then stands and it sleeps for a third of the lease. */
+static void wait_renewed(rs_mutex_t *m)
+{
+    long last = rs_mutex_remaining(m);
+    for (int i = 0; i < 2000; i++) {
+        usleep(5000);
+        long now = rs_mutex_remaining(m);
+        if (now > last)
+            return;
+        last = now;
+    }
+}
+
 static void fork_tour(void)
 {
-    rs_client_t *c = open_cfg(g_srv.url, 0, 0);
+    /* a short lease: the watchdog renews, then sleeps, within a second (see wait_renewed) */
+    rs_client_t *c = open_cfg(g_srv.url, 900, 0);
     if (!c)
         return;
     rs_mutex_t *m, *free_m;
@@ -638,6 +653,11 @@ static void fork_tour(void)
      * inherited (valgrind found both leaking once). */
     int hold_at_fork = 1;
     EXPECT_RC(rs_mutex_lock(m), 0);
+    /* The watchdog dials as soon as a lease is registered, on its own thread: fork right
+     * after its first renewal, when it has its connection and sleeps, or the child may
+     * inherit a context half-made on the parent's watchdog thread, which nothing in the
+     * child can reach or free (valgrind reports it lost; seen in CI under load) */
+    wait_renewed(m);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
