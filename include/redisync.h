@@ -295,6 +295,26 @@ RS_API int rs_multilock_unlock(rs_multilock_t *ml);
 RS_API int rs_multilock_destroy(rs_multilock_t *ml);
 
 /* ---------------------------------------------------------------------------------------
+ * Barrier (cyclic), across processes: wait returns when parties callers have arrived, one
+ * of them (the one that completed the generation) with RS_BARRIER_SERIAL, the others with
+ * 0; the barrier is then ready for the next generation at once. timedwait that runs out
+ * withdraws this caller's arrival atomically (ETIMEDOUT): a generation never trips with a
+ * party that returned ETIMEDOUT, and a party counted in a generation that tripped never
+ * returns ETIMEDOUT. No polling: one message per trip wakes every client's waiters.
+ * init with another number of parties than the barrier's is EINVAL. Errors: EINVAL (NULL,
+ * parties 0, bad abstime), ENOENT (its keys expired while waited on: 24 h unused),
+ * RS_ECONN, RS_ESERVER, ENOTSUP under redlock://, ECANCELED (closing: the arrival is
+ * withdrawn), RS_EFORK, ENOMEM; destroy is EBUSY while a thread of this process waits.
+ * ------------------------------------------------------------------------------------- */
+#define RS_BARRIER_SERIAL (-1) /* as PTHREAD_BARRIER_SERIAL_THREAD */
+typedef struct rs_barrier rs_barrier_t;
+RS_API int rs_barrier_init(rs_barrier_t **b, rs_client_t *c, const char *name,
+                           unsigned parties);
+RS_API int rs_barrier_wait(rs_barrier_t *b);
+RS_API int rs_barrier_timedwait(rs_barrier_t *b, const struct timespec *abstime);
+RS_API int rs_barrier_destroy(rs_barrier_t *b);
+
+/* ---------------------------------------------------------------------------------------
  * Once: a fleet-wide pthread_once. fn runs in exactly one caller at a time across every
  * process until a call succeeds (fn returns 0); the others wait without polling and return
  * 0 without calling fn once it succeeded. The runner holds a lease (renewed by the

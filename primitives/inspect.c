@@ -19,10 +19,11 @@
 #include "internal.h"
 
 extern const rs_kind_t rs_kind_mutex, rs_kind_rmutex, rs_kind_rwlock, rs_kind_sem, rs_kind_latch,
-    rs_kind_once;
+    rs_kind_once, rs_kind_barrier;
 
 static const rs_kind_t *const kinds[] = {&rs_kind_mutex, &rs_kind_rmutex, &rs_kind_rwlock,
-                                         &rs_kind_sem, &rs_kind_latch, &rs_kind_once};
+                                         &rs_kind_sem, &rs_kind_latch, &rs_kind_once,
+                                         &rs_kind_barrier};
 
 static const rs_kind_t *kind_find(rs_client_t *c, const char *kind)
 {
@@ -33,7 +34,7 @@ static const rs_kind_t *kind_find(rs_client_t *c, const char *kind)
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(kinds[i]->name, kind) == 0)
             return kinds[i];
-    rs__fail(c, EINVAL, "unknown kind \"%.32s\" (mutex, rmutex, rwlock, sem, latch or once)", kind);
+    rs__fail(c, EINVAL, "unknown kind \"%.32s\" (mutex, rmutex, rwlock, sem, latch, once or barrier)", kind);
     return NULL;
 }
 
