@@ -292,7 +292,8 @@ static const char ts_acl_rules[] =
     "+evalsha +script|load +ping +select +subscribe +unsubscribe +scan "
     "+get +set +del +exists +type +pttl +pexpire +time +publish "
     "+hget +hset +hmget +hdel +hexists +hgetall +hlen +hincrby +hsetnx +hscan +hkeys "
-    "+zadd +zrem +zscore +zcard +zrange +zrangebyscore +zremrangebyscore";
+    "+zadd +zrem +zscore +zcard +zrange +zrangebyscore +zremrangebyscore "
+    "+sadd +srem +sismember +scard +smembers";
 
 static int acl_mode(void);
 
