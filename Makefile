@@ -161,7 +161,7 @@ test: | deps
 	$(TEST_BIN) --jobs $(TEST_JOBS) $(TEST_ARGS)
 
 # The whole suite again, the library logged in as a Redis ACL user with exactly the rights
-# docs/security.md lists (tests/support/redis_server.c sets the user up).
+# docs/security.md lists (tests/support/redis_acl.c sets the user up).
 test-acl: | deps
 	@$(MAKE) --no-print-directory test-build
 	RS_TEST_ACL=1 $(TEST_BIN) --jobs $(TEST_JOBS) $(TEST_ARGS)

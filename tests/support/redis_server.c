@@ -30,7 +30,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TS_HOST "127.0.0.1"
 #ifndef TS_PORT_MIN                /* overridable only to stress the retry paths */
 #define TS_PORT_MIN 20000
 #endif
@@ -281,56 +280,6 @@ static int find_redis_server(char *out, size_t len)
 
 /* Forks and execs redis-server for s (port and dir set). Returns the pid or -1. Everything the
  * child needs is prepared before fork: the child only makes async-signal-safe calls. */
-/* RS_TEST_ACL=1 (make test-acl): every server also has the user "rsapp" with exactly the
- * rights docs/security.md lists for redisync, and ts_server_t.url logs in as that user, so
- * the whole suite runs with least privilege. The default user keeps every right for the
- * tests' own raw connections. Keep this list in step with docs/security.md. */
-#define TS_ACL_USER "rsapp"
-#define TS_ACL_PASS "rsapp-pw"
-static const char ts_acl_rules[] =
-    "resetkeys ~rs:* ~t* resetchannels &rs:* &t* -@all "
-    "+evalsha +script|load +ping +select +subscribe +unsubscribe +scan "
-    "+get +set +del +exists +type +pttl +pexpire +time +publish "
-    "+hget +hset +hmget +hdel +hexists +hgetall +hlen +hincrby +hsetnx +hscan +hkeys "
-    "+zadd +zrem +zscore +zcard +zrange +zrangebyscore +zremrangebyscore "
-    "+sadd +srem +sismember +scard +smembers";
-
-static int acl_mode(void);
-
-/* The user the Sentinel and Cluster suites log in as: the rules above plus what those
- * deployments need (docs/security.md, "Deployments"), nothing more. */
-#define TS_DEP_USER "rsdep"
-#define TS_DEP_PASS "rsdep-pw"
-static const char ts_dep_rules[] = "+role +wait +cluster|slots +asking";
-
-const char *ts_deploy_userinfo(void)
-{
-    return acl_mode() ? TS_DEP_USER ":" TS_DEP_PASS "@" : "";
-}
-
-const char *ts_acl_userinfo(void)
-{
-    return acl_mode() ? TS_ACL_USER ":" TS_ACL_PASS "@" : "";
-}
-
-static int acl_mode(void)
-{
-    const char *v = getenv("RS_TEST_ACL");
-    return v && *v && strcmp(v, "0") != 0;
-}
-
-static int write_aclfile(const ts_server_t *s, char *path, size_t len)
-{
-    snprintf(path, len, "%s/users.acl", s->dir);
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    fprintf(f, "user default on nopass ~* &* +@all\n");
-    fprintf(f, "user %s on >%s %s\n", TS_ACL_USER, TS_ACL_PASS, ts_acl_rules);
-    fprintf(f, "user %s on >%s %s %s\n", TS_DEP_USER, TS_DEP_PASS, ts_acl_rules, ts_dep_rules);
-    return fclose(f);
-}
-
 static pid_t spawn(const ts_server_t *s)
 {
     char exe[PATH_MAX];
@@ -349,7 +298,7 @@ static pid_t spawn(const ts_server_t *s)
     argv[n++] = "--dir"; argv[n++] = s->dir;
     argv[n++] = "--daemonize"; argv[n++] = "no";
     char aclpath[300];
-    if (acl_mode() && write_aclfile(s, aclpath, sizeof aclpath) == 0) {
+    if (ts_acl_mode() && ts_acl_write_file(s, aclpath, sizeof aclpath) == 0) {
         argv[n++] = "--aclfile";
         argv[n++] = aclpath;
     }
@@ -602,11 +551,8 @@ int ts_server_startv(ts_server_t *s, const char *const *args)
         pthread_mutex_unlock(&g_lock);
         if (s->port < 0)
             break;
-        if (acl_mode())
-            snprintf(s->url, sizeof s->url, "redis://%s:%s@%s:%d", TS_ACL_USER, TS_ACL_PASS,
-                     TS_HOST, s->port);
-        else
-            snprintf(s->url, sizeof s->url, "redis://%s:%d", TS_HOST, s->port);
+        snprintf(s->url, sizeof s->url, "redis://%s%s:%d", ts_acl_userinfo(), TS_HOST,
+                 s->port);
         long logpos = log_size(s->dir);
         pid_t pid = spawn(s);
         if (pid < 0) {
@@ -780,141 +726,6 @@ void ts_server_resume(ts_server_t *s)
 {
     if (s->pid > 0)
         kill(s->pid, SIGCONT);
-}
-
-redisContext *ts_connect(const ts_server_t *s)
-{
-    if (s->port <= 0)
-        return NULL;
-    struct timeval tv = { 2, 0 };
-    redisContext *c = redisConnectWithTimeout(TS_HOST, s->port, tv);
-    if (!c)
-        return NULL;
-    if (c->err || redisSetTimeout(c, tv) != REDIS_OK) {
-        redisFree(c);
-        return NULL;
-    }
-    return c;
-}
-
-static redisReply *vcmd(const ts_server_t *s, const char *fmt, va_list ap)
-{
-    redisContext *c = ts_connect(s);
-    if (!c)
-        return NULL;
-    redisReply *r = redisvCommand(c, fmt, ap);
-    redisFree(c);
-    return r;
-}
-
-static int parse_ll(const char *p, long long *out)
-{
-    if (!p || !*p)
-        return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(p, &end, 10);
-    if (errno || end == p || *end)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-long long ts_cmd_int(const ts_server_t *s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = vcmd(s, fmt, ap);
-    va_end(ap);
-    long long v = -1;
-    if (r) {
-        if (r->type == REDIS_REPLY_INTEGER)
-            v = r->integer;
-        else if ((r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
-                 parse_ll(r->str, &v) != 0)
-            v = -1;
-        freeReplyObject(r);
-    }
-    return v;
-}
-
-char *ts_cmd_str(const ts_server_t *s, char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = vcmd(s, fmt, ap);
-    va_end(ap);
-    char *ret = NULL;
-    if (r && len > 0) {
-        if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS ||
-            r->type == REDIS_REPLY_ERROR) {
-            snprintf(buf, len, "%s", r->str);
-            ret = buf;
-        } else if (r->type == REDIS_REPLY_INTEGER) {
-            snprintf(buf, len, "%lld", r->integer);
-            ret = buf;
-        }
-    }
-    if (r)
-        freeReplyObject(r);
-    return ret;
-}
-
-long long ts_info_ll(const ts_server_t *s, const char *section, const char *key,
-                     const char *subfield)
-{
-    if (!key || !*key)
-        return -1;
-    redisContext *c = ts_connect(s);
-    if (!c)
-        return -1;
-    redisReply *r = section ? redisCommand(c, "INFO %s", section) : redisCommand(c, "INFO");
-    redisFree(c);
-    if (!r)
-        return -1;
-    long long v = -1;
-    size_t klen = strlen(key);
-    if (r->type == REDIS_REPLY_STRING) {
-        const char *line = r->str;
-        while (line && *line) {
-            const char *eol = strchr(line, '\n');
-            size_t llen = eol ? (size_t)(eol - line) : strlen(line);
-            if (llen > 0 && line[llen - 1] == '\r')
-                llen--;
-            if (llen > klen && strncmp(line, key, klen) == 0 && line[klen] == ':') {
-                char val[1024];
-                size_t vlen = llen - klen - 1;
-                if (vlen >= sizeof val)
-                    vlen = sizeof val - 1;
-                memcpy(val, line + klen + 1, vlen);
-                val[vlen] = '\0';
-                const char *num = NULL;
-                if (!subfield) {
-                    num = val;
-                } else {
-                    size_t slen = strlen(subfield);
-                    char *save = NULL;
-                    for (char *tok = strtok_r(val, ",", &save); tok;
-                         tok = strtok_r(NULL, ",", &save))
-                        if (strncmp(tok, subfield, slen) == 0 && tok[slen] == '=') {
-                            num = tok + slen + 1;
-                            break;
-                        }
-                }
-                if (num) {
-                    char *end;
-                    errno = 0;
-                    long long x = strtoll(num, &end, 10);
-                    if (!errno && end != num)
-                        v = x;
-                }
-                break;
-            }
-            line = eol ? eol + 1 : NULL;
-        }
-    }
-    freeReplyObject(r);
-    return v;
 }
 
 const char *ts_unique_prefix(char *buf, size_t len)

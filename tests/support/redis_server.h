@@ -43,6 +43,9 @@
 #include <sys/types.h>
 #include <hiredis/hiredis.h>
 
+/* The address every test server binds and is reached on. */
+#define TS_HOST "127.0.0.1"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -121,6 +124,11 @@ const char *ts_deploy_userinfo(void);
 /* The same for URLs that need only the single-server rights (redlock://): the user that
  * ts_server_t.url logs in as. */
 const char *ts_acl_userinfo(void);
+
+/* Support internals (redis_acl.c, used by redis_server.c): whether RS_TEST_ACL is set, and
+ * the aclfile for s written to s->dir (path receives its name; 0 or -1). */
+int ts_acl_mode(void);
+int ts_acl_write_file(const ts_server_t *s, char *path, size_t len);
 
 #ifdef __cplusplus
 }
