@@ -51,14 +51,7 @@ static inline rs_client_t *open_url(const char *url, long lease_ms, long timeout
                              logbook_t *lb, int *rc, long long *ms)
 {
     rs_config_t cfg;
-    rs_config_init(&cfg);
-    cfg.url = url;
-    cfg.lease_ms = lease_ms;
-    cfg.timeout_ms = timeout_ms;
-    if (lc) {
-        cfg.on_lost = tu_on_lost;
-        cfg.on_lost_arg = lc;
-    }
+    tu_config(&cfg, url, lease_ms, timeout_ms, lc);
     if (lb) {
         cfg.log = log_cb;
         cfg.log_arg = lb;

@@ -110,18 +110,23 @@ void tu_on_lost(const char *kind, const char *name, void *arg)
     }
 }
 
+void tu_config(rs_config_t *cfg, const char *url, long lease_ms, long timeout_ms, tu_lost_t *lc)
+{
+    rs_config_init(cfg);
+    cfg->url = url;
+    cfg->lease_ms = lease_ms;
+    cfg->timeout_ms = timeout_ms;
+    if (lc) {
+        cfg->on_lost = tu_on_lost;
+        cfg->on_lost_arg = lc;
+    }
+}
+
 rs_client_t *tu_open_client_ex(const ts_server_t *s, long lease_ms, long timeout_ms,
                                tu_lost_t *lc)
 {
     rs_config_t cfg;
-    rs_config_init(&cfg);
-    cfg.url = s->url;
-    cfg.lease_ms = lease_ms;
-    cfg.timeout_ms = timeout_ms;
-    if (lc) {
-        cfg.on_lost = tu_on_lost;
-        cfg.on_lost_arg = lc;
-    }
+    tu_config(&cfg, s->url, lease_ms, timeout_ms, lc);
     rs_client_t *c = NULL;
     if (rs_client_open(&c, &cfg) != 0)
         return NULL;

@@ -66,6 +66,9 @@ typedef struct tu_lost {
 /* The on_lost callback for a tu_lost_t *arg. */
 void tu_on_lost(const char *kind, const char *name, void *arg);
 
+/* rs_config_init, then url, lease_ms, timeout_ms and (if lc) on_lost counting into lc. */
+void tu_config(rs_config_t *cfg, const char *url, long lease_ms, long timeout_ms, tu_lost_t *lc);
+
 /* Opens a client on s with this lease_ms and timeout_ms (0: the library's default) and, if
  * lc is set, tu_on_lost(lc) as on_lost. NULL on failure, without asserting (for children;
  * tests use tu_open_client). */
