@@ -53,12 +53,9 @@ typedef struct masters {
 static void masters_up(masters_t *m)
 {
     memset(m, 0, sizeof *m);
-    int n = snprintf(m->url, sizeof m->url, "redlock://%s", ts_acl_userinfo());
-    for (int i = 0; i < NM; i++) {
+    for (int i = 0; i < NM; i++)
         cr_assert_eq(ts_server_start(&m->s[i], NULL), 0, "cannot start redis-server %d", i);
-        n += snprintf(m->url + n, sizeof m->url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",
-                      m->s[i].port);
-    }
+    ts_redlock_url(m->url, sizeof m->url, m->s, NM);
 }
 
 static void masters_down(masters_t *m)

@@ -113,12 +113,9 @@ static void run(int np, long lease_ms, int iters, long run_ms, int kill_one, int
 {
     ts_server_t s[NM];
     char url[256];
-    int len = snprintf(url, sizeof url, "redlock://%s", ts_acl_userinfo());
-    for (int i = 0; i < NM; i++) {
+    for (int i = 0; i < NM; i++)
         cr_assert_eq(ts_server_start(&s[i], NULL), 0, "cannot start redis-server %d", i);
-        len += snprintf(url + len, sizeof url - (size_t)len, "%s127.0.0.1:%d", i ? "," : "",
-                        s[i].port);
-    }
+    ts_redlock_url(url, sizeof url, s, NM);
     char prefix[32];
     ts_unique_prefix(prefix, sizeof prefix);
     shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,

@@ -195,13 +195,10 @@ int main(int argc, char **argv)
     if (ts_server_start(&one, NULL) != 0)
         return 1;
     char url[256];
-    int len = snprintf(url, sizeof url, "redlock://");
-    for (int i = 0; i < NM; i++) {
+    for (int i = 0; i < NM; i++)
         if (ts_server_start(&m[i], NULL) != 0)
             return 1;
-        len += snprintf(url + len, sizeof url - (size_t)len, "%s127.0.0.1:%d", i ? "," : "",
-                        m[i].port);
-    }
+    ts_redlock_url(url, sizeof url, m, NM);
     shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                         -1, 0);
     if (sh == MAP_FAILED)

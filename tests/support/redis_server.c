@@ -735,3 +735,11 @@ const char *ts_unique_prefix(char *buf, size_t len)
         snprintf(buf, len, "t%ldx%u", (long)getpid(), n);
     return buf;
 }
+
+char *ts_redlock_url(char *url, size_t len, const ts_server_t *s, int n)
+{
+    int w = snprintf(url, len, "redlock://%s", ts_acl_userinfo());
+    for (int i = 0; i < n && w >= 0 && (size_t)w < len; i++)
+        w += snprintf(url + w, len - (size_t)w, "%s%s:%d", i ? "," : "", TS_HOST, s[i].port);
+    return url;
+}

@@ -117,6 +117,10 @@ long long ts_info_ll(const ts_server_t *s, const char *section, const char *key,
  * buf (truncated to len - 1 characters if needed). */
 const char *ts_unique_prefix(char *buf, size_t len);
 
+/* Writes the redlock:// URL of the n started servers s[0..n-1] into url (with the ACL user's
+ * userinfo under RS_TEST_ACL) and returns url. */
+char *ts_redlock_url(char *url, size_t len, const ts_server_t *s, int n);
+
 /* "USER:PASSWORD@" for the userinfo of redis-sentinel:// and redis-cluster:// URLs under
  * RS_TEST_ACL (make test-acl: a user with exactly the deployment rights of
  * docs/security.md), else "". */
