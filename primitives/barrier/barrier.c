@@ -50,6 +50,13 @@ static int bad_reply(rs_barrier_t *b, const char *op)
     return rs__fail(b->h.c, RS_ESERVER, "unexpected reply from the barrier script (%s)", op);
 }
 
+/* Its keys expired, or a foreign reset: the generation cannot trip any more. */
+static int gone(rs_barrier_t *b)
+{
+    return rs__fail(b->h.c, ENOENT, "barrier \"%.*s\" does not exist any more",
+                    RS_HNAME(&b->h));
+}
+
 static long long el(const redisReply *r, size_t i)
 {
     return r->type == REDIS_REPLY_ARRAY && r->elements > i &&
@@ -113,10 +120,8 @@ static int check_tripped(void *arg)
     freeReplyObject(r);
     if (g == -2)
         return -bad_reply(w->b, "get");
-    /* gone (-1: its keys expired, or a foreign reset): the generation cannot trip any more */
-    if (g < 0)
-        return -rs__fail(w->b->h.c, ENOENT, "barrier \"%.*s\" does not exist any more",
-                         RS_HNAME(&w->b->h));
+    if (g < 0) /* -1: gone */
+        return -gone(w->b);
     return g > w->gen ? 0 : 1;
 }
 
@@ -171,7 +176,7 @@ static int waited(rs_barrier_t *b, const struct timespec *abstime)
             rc = bad_reply(b, "arrive");
         }
     } else if (rc == ENOENT) {
-        rs__fail(b->h.c, ENOENT, "barrier \"%.*s\" does not exist any more", RS_HNAME(&b->h));
+        gone(b);
     }
     atomic_fetch_sub(&b->busy, 1);
     rs__leave(b->h.c);
