@@ -92,6 +92,11 @@ int rs__handle_destroy(rs_handle_t *h)
         return rs__fail(c, EBUSY, "a thread still holds %s \"%.*s\" through this handle",
                         h->kind, RS_HNAME(h));
     }
+    if (atomic_load(&h->inside) > 0 && !child) {
+        pthread_mutex_unlock(&h->mu);
+        return rs__fail(c, EBUSY, "a thread is still inside a call on %s \"%.*s\" through "
+                        "this handle", h->kind, RS_HNAME(h));
+    }
     if (atomic_load(&h->nobj) > 0 && !child) {
         /* they point at the handle: release them first (after close that only frees them) */
         pthread_mutex_unlock(&h->mu);

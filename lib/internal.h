@@ -525,6 +525,8 @@ typedef struct rs_handle {
     pthread_mutex_t mu;        /* guards holds */
     rs_hold_t *holds;
     atomic_int nobj;           /* hold objects taken through it and not yet released */
+    atomic_int inside;         /* threads inside a call that holds nothing but may sleep
+                                  (once's run, barrier's wait): destroy answers EBUSY */
 } rs_handle_t;
 /* printf arguments for "%.*s": the handle's name */
 #define RS_HNAME(h) (int)(h)->namelen, (h)->name

@@ -21,7 +21,6 @@
 
 struct rs_once {
     rs_handle_t h;
-    atomic_int busy; /* threads of this process inside run or timedrun */
 };
 
 static const char *const once_keys[] = {NULL, "run", "fence", "q", "qi"};
@@ -50,7 +49,7 @@ static int ran(rs_once_t *o, int (*fn)(void *, uint64_t), void *arg,
     int rc = rs__handle_begin(&o->h, "once", abstime, &deadline);
     if (rc)
         return rc;
-    atomic_fetch_add(&o->busy, 1);
+    atomic_fetch_add(&o->h.inside, 1);
     rs_call_t k;
     rs__call_init_object(&k, &o->h); /* fn may hand its work to other threads */
     rs_hold_t *hold = NULL;
@@ -69,7 +68,7 @@ static int ran(rs_once_t *o, int (*fn)(void *, uint64_t), void *arg,
             rc = frc;
         }
     }
-    atomic_fetch_sub(&o->busy, 1);
+    atomic_fetch_sub(&o->h.inside, 1);
     rs__leave(o->h.c);
     return rc;
 }
@@ -129,10 +128,5 @@ RS_API int rs_once_reset(rs_once_t *o)
 
 RS_API int rs_once_destroy(rs_once_t *o)
 {
-    if (!o)
-        return 0;
-    if (atomic_load(&o->busy) > 0 && !rs__forked(o->h.c))
-        return rs__fail(o->h.c, EBUSY, "a thread still runs once \"%.*s\" through this handle",
-                        RS_HNAME(&o->h));
-    return rs__handle_free(&o->h);
+    return o ? rs__handle_free(&o->h) : 0;
 }
