@@ -39,8 +39,7 @@ RS_API int rs_hold_release(rs_hold_t *hold)
         int lost = rc == ECANCELED && rs__lease_is_lost(c, hold->lease);
         if (rc == ECANCELED)
             rs__watch_del(c, hold->lease);
-        rs__lease_unref(hold->lease);
-        free(hold);
+        rs__hold_discard(hold);
         rc = rc == RS_EFORK ? RS_EFORK
              : lost         ? rs__fail(c, RS_ELOST, "the hold on %s \"%.*s\" had been lost",
                                        h->kind, RS_HNAME(h))

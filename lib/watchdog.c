@@ -214,17 +214,21 @@ static uint64_t nearest_deadline_locked(rs_client_t *c)
     return cut;
 }
 
-/* Marks every live lease past its local deadline lost (a queue entry's waiter is poked to
- * retry instead). wd.mu held. */
+/* Marks l lost if it is live and past its local deadline (a queue entry's waiter is poked
+ * to retry instead); expire_locked does so for every lease. wd.mu held. */
+static void expire_one_locked(rs_client_t *c, rs_lease_t *l, uint64_t now)
+{
+    if (l->lost || now < l->deadline_ns)
+        return;
+    if (l->waiter)
+        rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
+    mark_lost_locked(c, l);
+}
+
 static void expire_locked(rs_client_t *c, uint64_t now)
 {
-    for (rs_lease_t *l = c->wd.head; l; l = l->next) {
-        if (l->lost || now < l->deadline_ns)
-            continue;
-        if (l->waiter)
-            rs__notify_poke(c, l->waiter, RS_WAKE_RETRY);
-        mark_lost_locked(c, l);
-    }
+    for (rs_lease_t *l = c->wd.head; l; l = l->next)
+        expire_one_locked(c, l, now);
 }
 
 /* Applies a round's result for l (1 renewed, 0 gone, 2 granted, -1 no answer) whose
@@ -584,11 +588,15 @@ static void *watchdog_main(void *arg)
             break;
         uint64_t now = rs__now_ns(), wake = RS_NO_DEADLINE;
         int n = 0, ndue = 0;
-        expire_locked(c, now);
-        uint64_t cut = nearest_deadline_locked(c);
+        /* one walk: expire what is past its deadline, then the nearest deadline of the
+         * rest (the round's cut, as nearest_deadline_locked) and the next wake-up */
+        uint64_t cut = RS_NO_DEADLINE;
         for (rs_lease_t *l = c->wd.head; l; l = l->next) {
+            expire_one_locked(c, l, now);
             if (l->lost)
                 continue;
+            if (l->deadline_ns < cut)
+                cut = l->deadline_ns;
             if (l->deadline_ns < wake)
                 wake = l->deadline_ns;
             /* renew once a third of the period has gone, so leases fall into one round */
