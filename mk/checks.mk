@@ -7,7 +7,9 @@
 #                        other. Fails on any TSan report (exit 66) or wrong result (exit 1).
 #                        Then a TLS pass: STRESS_TLS_NAMES again with STRESS_TLS=1 (a TLS
 #                        redis-server, every client over rediss://, so the library's OpenSSL
-#                        path runs under TSan), scaled to TSAN_TLS_SCALE.
+#                        path runs under TSan), scaled to TSAN_TLS_SCALE with leases of
+#                        TSAN_TLS_LEASE_MS (a TLS handshake under TSan can take most of a
+#                        300 ms lease: the holders' first renewal then comes too late).
 #   make check-valgrind  deps, then the same programs built plainly under build/valgrind/
 #                        (-O1 -g) and run under valgrind memcheck, scaled down (STRESS_SCALE):
 #                        fails on any memory error or definite/indirect leak (exit 99). Then
@@ -20,7 +22,8 @@
 #                        leak, sanitizer report or timeout; the input is kept under
 #                        build/fuzz/artifacts/ (replay: build/fuzz/fuzzers/NAME FILE).
 #
-# Knobs: CHECK_CC (clang), STRESS_TLS_NAMES, TSAN_TLS_SCALE (25), VALGRIND_TLS_SCALE (10),
+# Knobs: CHECK_CC (clang), STRESS_TLS_NAMES, TSAN_TLS_SCALE (25), TSAN_TLS_LEASE_MS (1000),
+# VALGRIND_TLS_SCALE (10),
 # VALGRIND_TLS_LEASE_MS (1000), STRESS_TIMEOUT (seconds per stress program, 600), VALGRIND_SCALE
 # (percent of the stress iterations under valgrind, 25), VALGRIND_LEASE_MS (500: valgrind
 # runs one thread at a time, so the 300 ms of the TSan runs would be tight), FUZZ_SECONDS
@@ -48,6 +51,7 @@ FUZZ_SECONDS       ?= 30
 FUZZ_ARGS          ?=
 STRESS_TLS_NAMES   ?= stress_mutex stress_close
 TSAN_TLS_SCALE     ?= 25
+TSAN_TLS_LEASE_MS  ?= 1000
 VALGRIND_TLS_SCALE ?= 10
 VALGRIND_TLS_LEASE_MS ?= 1000
 
@@ -119,7 +123,8 @@ check-tsan: | deps
 	done; \
 	for p in $(STRESS_TLS_NAMES); do \
 	    echo "== check-tsan: $$p over TLS"; \
-	    STRESS_TLS=1 STRESS_SCALE=$(TSAN_TLS_SCALE) TSAN_OPTIONS='$(strip $(TSAN_RUN_OPTIONS))' \
+	    STRESS_TLS=1 STRESS_SCALE=$(TSAN_TLS_SCALE) STRESS_LEASE_MS=$(TSAN_TLS_LEASE_MS) \
+	    TSAN_OPTIONS='$(strip $(TSAN_RUN_OPTIONS))' \
 	        timeout -k 10 $(STRESS_TIMEOUT) $(TSAN_DIR)/stress/$$p || { \
 	        rc=$$?; status=1; \
 	        echo "check-tsan: $$p over TLS FAILED with exit $$rc (66: TSan report, 1: wrong result, 2: no TLS server, 124: timeout)" >&2; }; \
