@@ -1,12 +1,10 @@
 /*
  * conn.c - every hiredis connection the library opens goes through here.
  *
- * - rs__conn_connect: TCP or unix connect to where topology.c says (the URL's server or the
- *   current master), bounded by a deadline (refused connects are
- *   retried with a short back-off, so a Redis restart shorter than the deadline is
- *   invisible), close-on-exec (the CLI's COMMAND must not inherit Redis sockets), TCP_NODELAY,
- *   keepalive and TCP_USER_TIMEOUT (tcp_options), a socket timeout for later I/O, AUTH and
- *   SELECT.
+ * - rs__conn_connect: a socket to where topology.c says (the URL's server or the current
+ *   master), dialled by dial.c (close-on-exec, TCP options, TLS) and bounded by a deadline
+ *   (refused connects are retried with a short back-off, so a Redis restart shorter than the
+ *   deadline is invisible), then a socket timeout for later I/O, AUTH and SELECT.
  * - A small pool of idle connections per client: callers check one out for one command and
  *   give it back, so no library lock is held across a round trip and a context belongs to one
  *   thread at a time (hiredis contexts are not thread-safe).
@@ -19,15 +17,11 @@
  *   failure (verification, a plain server, a refused client certificate) is final, never
  *   retried and never answered by a plain-text connection.
  */
-#include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include <hiredis/sds.h>
 
@@ -86,12 +80,6 @@ int rs__ctx_read(redisContext *ctx, redisReply **out)
     return 0;
 }
 
-static struct timeval ms_tv(long ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    return tv;
-}
-
 int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns)
 {
     uint64_t now = rs__now_ns();
@@ -128,33 +116,6 @@ int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out)
         if (pr > 0 && rs__tp_fill(ctx, 1) < 0)
             return RS_ECONN;
     }
-}
-
-/* Every TCP connection of the library (pool, subscriber, watchdog, Redlock's) gets these:
- * TCP_NODELAY (commands are single small writes), and keepalive with TCP_USER_TIMEOUT so
- * that a black-holed peer (packets dropped, no RST) is found out by the kernel: the
- * subscriber's read, which has no timeout, and the watchdog's, which waits up to a hold's
- * deadline, then fail instead of blocking for ever (Linux's default would take hours).
- * Probes start after max(timeout_ms, 1 s) idle, one a second; data or probes left
- * unacknowledged for that idle time + 3 s drop the connection. A stalled but live server
- * (SIGSTOP, DEBUG SLEEP) is not affected: its kernel still acknowledges. Best effort: a
- * kernel without one of the options keeps its default. */
-static void tcp_options(const rs_client_t *c, int fd)
-{
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    long idle_s = c->timeout_ms / 1000;
-    if (idle_s < 1)
-        idle_s = 1;
-    if (idle_s > 60)
-        idle_s = 60;
-    int idle = (int)idle_s, intvl = 1, cnt = 3;
-    unsigned user_timeout = (unsigned)idle_s * 1000u + 3000u;
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
 }
 
 /* AUTH and SELECT on a fresh context. 0, RS_ECONN (I/O: retry), RS_ESERVER (refused). */
@@ -236,37 +197,18 @@ static int connect_attempt(rs_client_t *c, int target, long ct, long io_timeout_
     redisContext *ctx = NULL;
     uint64_t end = rs__now_ns() + (uint64_t)ct * RS_NS_PER_MS;
     *out = NULL;
-    if (ep->unix_socket)
-        ctx = redisConnectUnixWithTimeout(ep->path, ms_tv(ct));
-    else if (rs__topo_target(c, target, ct, node, last, lastlen) == 0)
-        ctx = redisConnectWithTimeout(node->host, node->port, ms_tv(ct));
-    else
+    if (!ep->unix_socket && rs__topo_target(c, target, ct, node, last, lastlen) != 0)
         return -1; /* no sentinel answered: last says why */
-    if (!ctx)
+    char why[200];
+    int drc = rs__dial(c, ep->unix_socket ? NULL : node, end, &ctx, why, sizeof why);
+    if (drc == ENOMEM)
         return rs__fail(c, ENOMEM, "out of memory connecting to Redis");
-    if (ctx->err) {
-        snprintf(last, lastlen, "%s", ctx->errstr);
-        rs__ctx_free(ctx);
+    if (drc == -1) {
+        snprintf(last, lastlen, "%s", why);
         return -1;
     }
-    fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
-    if (!ep->unix_socket)
-        tcp_options(c, ctx->fd);
-    if (c->tls) {
-        /* connect and TLS handshake within the same ct; a TLS failure is final (a retry
-         * would meet the same certificate), never a fall back to plain text */
-        const char *name = ep->tls_servername[0] ? ep->tls_servername : node->host;
-        char why[200];
-        int trc = rs__tp_tls_start(c->tls, ctx, name, node->port, end, why, sizeof why);
-        if (trc != 0) {
-            rs__ctx_free(ctx);
-            if (trc == -1) {
-                snprintf(last, lastlen, "%s", why);
-                return -1;
-            }
-            return rs__fail(c, trc, "TLS to %s:%d: %s", node->host, node->port, why);
-        }
-    }
+    if (drc != 0)
+        return rs__fail(c, drc, "TLS to %s:%d: %s", node->host, node->port, why);
     /* the whole attempt, connect, TLS and handshake, within ct (each command gets what is
      * left), also for connections that later block forever (the subscriber): a stalled
      * server must not wedge a connect */

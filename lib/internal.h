@@ -134,6 +134,14 @@ int rs__tp_pending(const redisContext *ctx);
 /* Frees ctx and its TLS session (nothing is written). Every context of the library. */
 void rs__ctx_free(redisContext *ctx);
 
+/* ----- dial.c ------------------------------------------------------------------------ */
+/* One socket to node (NULL: the URL's unix socket), connected, close-on-exec, with the
+ * library's TCP options and, when the client has TLS, the handshake done, all before
+ * end_ns. 0 with *out set; -1: the network failed (worth a retry); RS_ECONN: a TLS failure
+ * a retry would not cure; ENOMEM. why says why (no address prefix: callers add theirs). */
+int rs__dial(rs_client_t *c, const rs_node_t *node, uint64_t end_ns, redisContext **out,
+             char *why, size_t whylen);
+
 /* ----- topology.c -------------------------------------------------------------------- */
 /* Where the next connection goes: single mode the URL's server; sentinel mode the master
  * named by the first sentinel that answers (each asked with timeout_ms); cluster mode node

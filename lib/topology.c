@@ -33,7 +33,6 @@
  * is dropped instead of reused, and retries within timeout_ms (script.c, watchdog.c).
  * Adding a mode: a case in rs__topo_target and rs__topo_check, and the URL in url.c.
  */
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,37 +63,24 @@ int rs__is_topology_error(const rs_client_t *c, const redisReply *r)
     return strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0;
 }
 
-/* With TLS: the handshake with sentinel s on ctx within timeout_ms. 0, or -1 with why set
- * and ctx freed. */
-static int sentinel_tls(rs_client_t *c, redisContext *ctx, const rs_node_t *s, long timeout_ms,
-                        char *why, size_t whylen)
+/* A connection to sentinel s within timeout_ms (TLS included). 0, or rs__dial's failure
+ * (-1: the network, worth a retry; RS_ECONN: TLS; ENOMEM) with why set. */
+static int dial_sentinel(rs_client_t *c, const rs_node_t *s, long timeout_ms, redisContext **ctx,
+                         char *why, size_t whylen)
 {
-    if (!c->tls)
-        return 0;
     char w[200];
-    const char *name = c->ep.tls_servername[0] ? c->ep.tls_servername : s->host;
-    if (rs__tp_tls_start(c->tls, ctx, name, s->port,
-                         rs__now_ns() + (uint64_t)timeout_ms * RS_NS_PER_MS, w, sizeof w) == 0)
-        return 0;
-    snprintf(why, whylen, "sentinel %s:%d: %s", s->host, s->port, w);
-    rs__ctx_free(ctx);
-    return -1;
+    int rc = rs__dial(c, s, rs__now_ns() + (uint64_t)timeout_ms * RS_NS_PER_MS, ctx, w, sizeof w);
+    if (rc != 0)
+        snprintf(why, whylen, "sentinel %s:%d: %.150s", s->host, s->port, w);
+    return rc;
 }
 
 /* One sentinel's answer for the master. 0 with out filled, else -1 with why set. */
 static int ask_sentinel(rs_client_t *c, const rs_node_t *s, long timeout_ms, rs_node_t *out,
                         char *why, size_t whylen)
 {
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    redisContext *ctx = redisConnectWithTimeout(s->host, s->port, tv);
-    if (!ctx || ctx->err) {
-        snprintf(why, whylen, "sentinel %s:%d: %s", s->host, s->port,
-                 ctx ? ctx->errstr : "out of memory");
-        if (ctx)
-            rs__ctx_free(ctx);
-        return -1;
-    }
-    if (sentinel_tls(c, ctx, s, timeout_ms, why, whylen) != 0)
+    redisContext *ctx;
+    if (dial_sentinel(c, s, timeout_ms, &ctx, why, whylen) != 0)
         return -1;
     rs__tp_set_timeout(ctx, timeout_ms);
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", c->ep.master};
@@ -243,17 +229,13 @@ static void *watch_main(void *arg)
         pthread_mutex_unlock(&c->sw.mu);
         const rs_node_t *s = &ep->seeds[next++ % (unsigned)ep->nseeds];
         long ms = c->timeout_ms < 1000 ? c->timeout_ms : 1000;
-        struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-        redisContext *ctx = redisConnectWithTimeout(s->host, s->port, tv);
-        redisReply *r = NULL;
-        int ok = ctx && !ctx->err;
+        redisContext *ctx = NULL;
         char why[200];
-        if (ok && sentinel_tls(c, ctx, s, ms, why, sizeof why) != 0) {
-            ctx = NULL, ok = 0;
+        int drc = dial_sentinel(c, s, ms, &ctx, why, sizeof why), ok = drc == 0;
+        if (drc != 0 && drc != -1) /* TLS refused: a retry will not cure it, say so */
             rs__log(c, RS_LOG_WARN, "%s", why);
-        }
+        redisReply *r = NULL;
         if (ok) {
-            fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
             rs__tp_set_timeout(ctx, ms);
             const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
             size_t lens[2] = {9, 14};
