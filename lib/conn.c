@@ -281,6 +281,12 @@ static int unreachable(rs_client_t *c, const rs_node_t *node, const char *last, 
 int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long io_timeout_ms,
                         redisContext **out)
 {
+    return rs__conn_connect_retry(c, target, deadline_ns, io_timeout_ms, NULL, NULL, out);
+}
+
+int rs__conn_connect_retry(rs_client_t *c, int target, uint64_t deadline_ns, long io_timeout_ms,
+                           rs_retry_fn between, void *arg, redisContext **out)
+{
     uint64_t backoff_ms = 5;
     char last[200] = "timed out";
     rs_node_t node = {"?", 0};
@@ -290,18 +296,25 @@ int rs__conn_connect_to(rs_client_t *c, int target, uint64_t deadline_ns, long i
                                                   RS_NS_PER_MS) : 0;
     for (;;) {
         uint64_t now = rs__now_ns();
-        if (now >= deadline_ns)
+        if (now < deadline_ns) {
+            long left_ms = (long)((deadline_ns - now) / RS_NS_PER_MS);
+            if (left_ms < 1)
+                left_ms = 1;
+            long ct = left_ms < c->timeout_ms ? left_ms : c->timeout_ms;
+            int rc = connect_attempt(c, target, ct, io_timeout_ms, &node, last, sizeof last, out);
+            if (rc != -1)
+                return rc;
+        } else if (!between) {
             break;
-        long left_ms = (long)((deadline_ns - now) / RS_NS_PER_MS);
-        if (left_ms < 1)
-            left_ms = 1;
-        long ct = left_ms < c->timeout_ms ? left_ms : c->timeout_ms;
-        int rc = connect_attempt(c, target, ct, io_timeout_ms, &node, last, sizeof last, out);
-        if (rc != -1)
-            return rc;
+        }
+        if (between && !(deadline_ns = between(arg)))
+            break;
         now = rs__now_ns();
-        if (now >= deadline_ns)
-            break;
+        if (now >= deadline_ns) {
+            if (!between)
+                break;
+            continue; /* the next deadline is already here: ask between again */
+        }
         uint64_t nap = backoff_ms * RS_NS_PER_MS;
         if (nap > deadline_ns - now)
             nap = deadline_ns - now;

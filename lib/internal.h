@@ -198,6 +198,11 @@ int rs__conn_connect(rs_client_t *c, uint64_t deadline_ns, long io_timeout_ms, r
 /* The same to a given node of the cluster table (node < 0: any; other modes ignore it). */
 int rs__conn_connect_to(rs_client_t *c, int node, uint64_t deadline_ns, long io_timeout_ms,
                         redisContext **out);
+/* The same with a hook called between failed attempts: it returns the deadline to go on
+ * to (it may move: the watchdog's is its nearest hold deadline), or 0 to give up. */
+typedef uint64_t (*rs_retry_fn)(void *arg);
+int rs__conn_connect_retry(rs_client_t *c, int node, uint64_t deadline_ns, long io_timeout_ms,
+                           rs_retry_fn between, void *arg, redisContext **out);
 /* Pool: take a live connection (or open one), give it back (broken ones are freed).
  * rs__conn_get_node takes one to a given cluster node (node < 0: any). */
 int rs__conn_get(rs_client_t *c, uint64_t deadline_ns, rs_conn_t **out);

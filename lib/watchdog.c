@@ -291,37 +291,29 @@ static uint64_t round_checkpoint(rs_client_t *c, rs_lease_t **batch, int *res, i
  * round_checkpoint between them, so a lost SYN costs a retransmission, not the round, and
  * on_lost is still told at the deadline. With n == 0 (a dial ahead of the first renewal),
  * one attempt. 0, or an error (the next round or dial tries again). */
+struct wd_between {
+    rs_client_t *c;
+    rs_lease_t **batch;
+    int *res, n;
+    uint64_t cut;
+};
+
+static uint64_t wd_between(void *arg)
+{
+    struct wd_between *w = arg;
+    return w->cut = round_checkpoint(w->c, w->batch, w->res, w->n, 0);
+}
+
 static int wd_connect(rs_client_t *c, int node, redisContext **ctxp, rs_lease_t **batch,
                       int *res, int n, uint64_t *cut)
 {
-    uint64_t nap_ms = 5;
     unsigned gen = rs__topo_gen(c);
-    for (;;) {
-        uint64_t now = rs__now_ns();
-        if (now < *cut) {
-            uint64_t left = (*cut - now) / RS_NS_PER_MS;
-            long ct = left < (uint64_t)c->timeout_ms ? (long)left : c->timeout_ms;
-            int rc = rs__conn_connect_once(c, node, ct > 0 ? ct : 1, 0, ctxp);
-            if (rc == 0) {
-                if (node < 0)
-                    c->wd.ctx_gen = gen;
-                return 0;
-            }
-            *ctxp = NULL;
-            if (rc != RS_ECONN)
-                return rc; /* refused (AUTH, SELECT): the next round asks again */
-        }
-        *cut = round_checkpoint(c, batch, res, n, 0);
-        if (!*cut)
-            return RS_ECONN;
-        now = rs__now_ns();
-        uint64_t nap = nap_ms * RS_NS_PER_MS;
-        if (now + nap > *cut)
-            nap = *cut > now ? *cut - now : 0;
-        rs__sleep_ns(nap);
-        if (nap_ms < 100)
-            nap_ms *= 2;
-    }
+    struct wd_between w = {c, batch, res, n, *cut};
+    int rc = rs__conn_connect_retry(c, node, *cut, 0, wd_between, &w, ctxp);
+    *cut = w.cut;
+    if (rc == 0 && node < 0)
+        c->wd.ctx_gen = gen;
+    return rc;
 }
 
 /* One reply of a round's pipeline on ctx (sent at sent). The wait is not bounded by a share
