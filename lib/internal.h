@@ -134,6 +134,25 @@ int rs__tp_pending(const redisContext *ctx);
 /* Frees ctx and its TLS session (nothing is written). Every context of the library. */
 void rs__ctx_free(redisContext *ctx);
 
+/* ----- wire.c ------------------------------------------------------------------------ */
+/* One command on ctx. 0 with *out set (possibly an error reply), or RS_ECONN when the
+ * connection failed (the context is then unusable). Writes never raise SIGPIPE. */
+int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t *lens,
+                    redisReply **out);
+/* Pipelining on ctx: append, then read (which first flushes what was appended). */
+int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t *lens);
+int rs__ctx_read(redisContext *ctx, redisReply **out);
+/* Sends what was appended to ctx, all of it, through the transport (rs__tp_send): 0, or
+ * RS_ECONN with the context marked failed. The only way the library writes commands. */
+int rs__ctx_flush(redisContext *ctx);
+/* Sets ctx's socket (send and receive) timeouts to what is left until end_ns: 0, or
+ * RS_ECONN when nothing is left. */
+int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns);
+/* Sends what was appended (within end_ns), then waits with poll() for one reply until
+ * end_ns. 0 with *out set; RS_ECONN when the connection failed (ctx unusable); ETIMEDOUT
+ * when no reply was complete by end_ns (ctx still usable: the reply may come later). */
+int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out);
+
 /* ----- dial.c ------------------------------------------------------------------------ */
 /* One socket to node (NULL: the URL's unix socket), connected, close-on-exec, with the
  * library's TCP options and, when the client has TLS, the handshake done, all before
@@ -217,24 +236,6 @@ int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
 /* An idle pooled connection to node (node < 0: to any), or NULL. */
 rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node);
 void rs__conn_pool_free(rs_client_t *c);
-/* One command on ctx. 0 with *out set (possibly an error reply), or RS_ECONN when the
- * connection failed (the context is then unusable). Writes never raise SIGPIPE (conn.c). */
-int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t *lens,
-                    redisReply **out);
-/* Pipelining on ctx: append, then read (which first flushes what was appended). */
-int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t *lens);
-int rs__ctx_read(redisContext *ctx, redisReply **out);
-/* Sends what was appended to ctx, all of it, through the transport (rs__tp_send): 0, or
- * RS_ECONN with the context marked failed. The only way the library writes commands. */
-int rs__ctx_flush(redisContext *ctx);
-/* Sets ctx's socket (send and receive) timeouts to what is left until end_ns: 0, or
- * RS_ECONN when nothing is left. */
-int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns);
-/* Sends what was appended (within end_ns), then waits with poll() for one reply until
- * end_ns. 0 with *out set; RS_ECONN when the connection failed (ctx unusable); ETIMEDOUT
- * when no reply was complete by end_ns (ctx still usable: the reply may come later). */
-int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out);
-
 /* ----- script.c ---------------------------------------------------------------------- */
 typedef struct rs_script {
     const char *name;
