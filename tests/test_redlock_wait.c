@@ -5,14 +5,14 @@
  * holder's whole lease, because stale queue entries swallowed the release's wake-up, and a
  * releaser that relocked at once starved the others).
  *
- *   two_processes         2 processes, 2 s lease: no lock call waits more than lease / 4
+ *   two_processes         2 processes, 2 s lease: no lock call waits more than lease / 2
  *   four_processes        4 processes, 5 s lease: the same
  *   one_master_down       4 processes, 5 s lease, one of the three masters killed first:
  *                         the same (a quorum of two serves everyone)
  *   eight_processes_fair  8 processes for 10 s, 2 s lease: the least served process gets
  *                         at least a third of the most served one's acquisitions
  * Every run also checks exclusion (never two processes inside) and that no call failed.
- * The time bounds are generous (a quarter of the lease against waits of a few ms when it
+ * The time bounds are generous (half the lease against waits of a few ms when it
  * works): they catch a lease-long stall, not a slow machine. Figures: make bench (storm).
  */
 #include <criterion/criterion.h>
@@ -164,7 +164,10 @@ static void run(int np, long lease_ms, int iters, long run_ms, int kill_one, int
     cr_expect_eq(failed, 0, "%d failed calls; last: %s", failed, err);
 }
 
-/* Every process acquired iters times and none waited more than a quarter of the lease. */
+/* Every process acquired iters times and none waited more than half the lease. The stall
+ * this guards against is a whole lease (2.02-2.07 s on a 2 s lease, 5.06 s on 5 s); fair
+ * handoffs take tens of ms, but a CI machine at load 12 once made one wait 865 ms (the
+ * bound was a quarter of the lease then). The figures themselves are bench-redlock's. */
 static void expect_no_stall(int np, long lease_ms, int kill_one)
 {
     int n[NPROC_MAX];
@@ -178,7 +181,7 @@ static void expect_no_stall(int np, long lease_ms, int kill_one)
     }
     cr_log_info("redlock, %d processes, lease %ld ms%s: longest lock wait %ld ms", np,
                 lease_ms, kill_one ? ", one master down" : "", worst);
-    cr_expect_leq(worst, lease_ms / 4, "a lock call waited %ld ms (lease %ld ms): a waiter "
+    cr_expect_leq(worst, lease_ms / 2, "a lock call waited %ld ms (lease %ld ms): a waiter "
                   "slept through the holder's lease", worst, lease_ms);
 }
 
