@@ -7,6 +7,8 @@
  *   2. a holder whose Redis stops answering gets on_lost no later than its local deadline
  *      (grant + lease), not some time after another client could take the lock;
  *   3. a blocking lock on a free mutex succeeds when the subscriber cannot subscribe;
+ *   4. rs_client_close returns within timeout_ms + one lease while Redis does not answer,
+ *      cancels a lock waiting without a deadline, and leaves no thread or socket;
  *   and every TCP connection of the library has keepalive and TCP_USER_TIMEOUT set.
  *
  * A stalled link is a SIGSTOPped redis-server (the kernel still accepts connections and
@@ -14,6 +16,7 @@
  * side that does not matter; the side each fix is about is asserted with a small slack.
  */
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -294,5 +297,100 @@ Test(netweak, connections_have_keepalive)
     rs_mutex_destroy(m2);
     rs_client_close(c);
     rs_client_close(c2);
+    ts_server_stop(&s);
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* rs_client_close while Redis does not answer                                           */
+
+static int count_entries(const char *dir)
+{
+    int n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Sockets of this process connected to port (the library's: the test opens none there). */
+static int sockets_to(int port)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        int fd = atoi(e->d_name);
+        struct sockaddr_in peer;
+        socklen_t pl = sizeof peer;
+        if (fd >= 3 && fd != dirfd(d) && getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 &&
+            peer.sin_family == AF_INET && ntohs(peer.sin_port) == port)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+struct blocked_lock {
+    rs_mutex_t *m;
+    int rc;
+    atomic_int done;
+};
+
+static void *lock_without_deadline(void *arg)
+{
+    struct blocked_lock *b = arg;
+    b->rc = rs_mutex_lock(b->m);
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+/* Issue 13: rs_client_close returns within timeout_ms plus one lease of a round even when
+ * Redis has stopped answering (a stalled link: the kernel still accepts, nothing comes
+ * back), cancels a lock that waits without a deadline, and leaves no thread and no socket.
+ * The client holds a mutex (close releases it: one call into the silence), its watchdog
+ * renews it and a queue entry, and its subscriber is connected. */
+Test(netweak, close_while_redis_stalls)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    int threads0 = count_entries("/proc/self/task");
+    const long lease_ms = 1000, timeout_ms = 1000;
+    rs_client_t *c = tu_open_client(&s, lease_ms, timeout_ms, NULL);
+    rs_client_t *c2 = tu_open_client(&s, lease_ms, timeout_ms, NULL);
+    rs_mutex_t *mine = new_mutex(c, "cs-mine"), *theirs = new_mutex(c2, "cs-theirs");
+    rs_mutex_t *waits = new_mutex(c, "cs-theirs");
+    cr_assert_eq(rs_mutex_lock(mine), 0);
+    cr_assert_eq(rs_mutex_lock(theirs), 0);
+    struct blocked_lock b = {waits, -1, 0};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, lock_without_deadline, &b), 0);
+    tu_sleep_ms(300); /* queued, asleep, its entry renewed by the watchdog */
+    cr_assert_eq(atomic_load(&b.done), 0, "the lock returned %d while the mutex was held",
+                 b.rc);
+
+    ts_server_pause(&s);
+    long long t0 = tu_mono_ms();
+    rs_client_close(c);
+    long long took = tu_mono_ms() - t0;
+    int joined = tu_thread_join(th, &b.done, 2000);
+    ts_server_resume(&s);
+    cr_log_info("rs_client_close with Redis stalled: %lld ms (timeout %ld ms, lease %ld ms)",
+                took, timeout_ms, lease_ms);
+    cr_expect(joined, "the blocked lock did not return after rs_client_close");
+    if (joined)
+        cr_expect_eq(b.rc, ECANCELED, "a lock cancelled by close returned %d", b.rc);
+    cr_expect_leq(took, timeout_ms + lease_ms + 500, "rs_client_close took %lld ms with Redis "
+                  "stalled (timeout %ld ms, lease %ld ms)", took, timeout_ms, lease_ms);
+    rs_mutex_destroy(theirs);
+    rs_client_close(c2);
+    /* handles of a closed client may only be destroyed (redisync.h) */
+    rs_mutex_destroy(mine);
+    rs_mutex_destroy(waits);
+    cr_expect_eq(count_entries("/proc/self/task"), threads0, "threads left after close");
+    cr_expect_eq(sockets_to(s.port), 0, "sockets to Redis left after close");
     ts_server_stop(&s);
 }
