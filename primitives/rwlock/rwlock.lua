@@ -255,7 +255,7 @@ local function promote(now_ms, now_us, skip)
       end
       drop(head)
       if head ~= skip then
-        redis.call('PUBLISH', client_channel(ARGV[5], head), head .. ' ' .. f)
+        wake(ARGV[5], KEYS[1], head, head .. ' ' .. f)
       end
       if m == 'w' then return end
     end
