@@ -13,7 +13,7 @@
 --
 -- ARGV[1] op: acq | renew | rel | qrenew | cancel | enter | leave | info | force
 -- ARGV[2] owner token (raw; only its SHA1 is stored)
--- ARGV[3] acquisition id "PUBLICID:N" (wake-ups go to channel ARGV[5] .. PUBLICID)
+-- ARGV[3] acquisition id "PUBLICID:N" (wake-ups: wake() in common.lua)
 -- ARGV[4] lease ms
 -- ARGV[5] channel prefix, e.g. "rs:client:"
 -- ARGV[6] (acq) "q": queue when busy, "t": try only; "Q", "T": the same, and a hold of this
