@@ -381,6 +381,8 @@ int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size
     }
     if (owner != s->node)
         home_locked(c, s, owner, !fresh);
+    else if (!fresh && !s->confirmed)
+        s->moved = 1; /* being subscribed (again): retry once it is, we do not wait for it */
     int rc = 0;
     uint64_t until = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
     while (fresh && !s->confirmed && !c->nt.stop && !atomic_load(&c->closing)) {
