@@ -27,11 +27,11 @@
 #                     12's two targets as PASS/MISS (bench/tls/tls.c)
 #
 #   make bench        also runs build/redisync-bench-cluster (or alone: make bench-cluster):
-#                     3 masters + 3 replicas, then 6 masters; 8 processes on one mutex, then
+#                     3 masters, 3 masters + 3 replicas, 6 masters; 8 processes on one mutex, then
 #                     8 x 4 threads on 16 names; per acquisition the cluster bus messages
 #                     (classic and sharded), client commands, EVALSHA / PUBLISH / SPUBLISH
 #                     calls and server CPU over all nodes (bench/cluster/cluster.c, about
-#                     30 s); CLUSTER_ARGS='SECONDS PROCS' (default '3 8')
+#                     55 s); CLUSTER_ARGS='SECONDS PROCS' (default '3 8')
 #
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).

@@ -2,8 +2,8 @@
  * cluster.c - what one contended acquisition costs a Redis Cluster (`make bench-cluster`;
  * issue 15).
  *
- * Starts two clusters on free loopback ports, one after the other: 3 masters + 3 replicas,
- * then 6 masters (tests/support/cluster.h). On each, two storms of SECONDS each:
+ * Starts three clusters on free loopback ports, one after the other: 3 masters, 3 masters +
+ * 3 replicas, then 6 masters (tests/support/cluster.h). On each, two storms of SECONDS each:
  *   1 name    P processes (one thread each) loop lock / WORK_US of work / unlock on one mutex
  *   16 names  P processes x 4 threads; thread t of process p locks name (4p + t) mod 16, so
  *             every name has P*4/16 contenders from different processes
@@ -324,6 +324,7 @@ int main(int argc, char **argv)
            "acq/s", "bus pub", "bus spub", "cmds", "evalsha", "publish", "spublish", "cpu us",
            "idle us");
     int rc = 0;
+    rc |= deployment("3 masters", 3, 0, secs, procs, sh);
     rc |= deployment("3 masters + 3 replicas", 6, 1, secs, procs, sh);
     rc |= deployment("6 masters", 6, 0, secs, procs, sh);
     munmap(sh, sizeof *sh);
