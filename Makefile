@@ -176,8 +176,8 @@ ASAN_REPORTS := $(CURDIR)/$(ASAN_DIR)/reports
 check-asan: | deps
 	@$(MAKE) --no-print-directory BUILDDIR=$(ASAN_DIR) SANITIZE=1 test-build
 ifeq ($(strip $(TEST_ARGS)),)
-	sh scripts/run-asan.sh $(ASAN_REPORTS) $(ASAN_DIR)/tests/redisync-tests --jobs $(TEST_JOBS) --filter '!(cluster)/*'
-	sh scripts/run-asan.sh $(ASAN_REPORTS)-cluster $(ASAN_DIR)/tests/redisync-tests --jobs $(TEST_JOBS) --filter 'cluster/*'
+	sh scripts/run-asan.sh $(ASAN_REPORTS) $(ASAN_DIR)/tests/redisync-tests --jobs $(TEST_JOBS) --filter '!(cluster*)/*'
+	sh scripts/run-asan.sh $(ASAN_REPORTS)-cluster $(ASAN_DIR)/tests/redisync-tests --jobs $(TEST_JOBS) --filter 'cluster*/*'
 else
 	sh scripts/run-asan.sh $(ASAN_REPORTS) $(ASAN_DIR)/tests/redisync-tests --jobs $(TEST_JOBS) $(TEST_ARGS)
 endif

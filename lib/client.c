@@ -105,6 +105,7 @@ static void client_free(rs_client_t *c)
          * forked; glibc's pthread_cond_destroy would wait for them forever: only free. No
          * other thread exists here, so the lists are walked without their locks. */
         rs__watchdog_forget(c);
+        rs__notify_shard_forget(c);
         rs__notify_forget(c);
         rs__tls_free(c->tls);
         free(c->prefix);
@@ -339,6 +340,7 @@ RS_API int rs_client_close(rs_client_t *c)
     release_all(c);
     rs__topo_stop(c);
     rs__watchdog_stop(c);
+    rs__notify_shard_stop(c);
     rs__notify_stop(c);
     rs__rl_forget(c);
     rs__conn_pool_free(c);

@@ -12,8 +12,15 @@
  *
  * Who uses it: script.c routes each call by its first key and follows MOVED (update, retry)
  * and ASK (ASKING + the call on the named node, once); watchdog.c groups a round's renewals
- * per node; the subscriber and inspection connections go to any node (a PUBLISH from a
- * script reaches subscribers on every node).
+ * per node; the classic subscriber and inspection connections go to any node (a PUBLISH
+ * from a script reaches subscribers on every node), the sharded subscribers (notify_shard.c)
+ * to the master of their channel's slot.
+ *
+ * Sharded wake-ups need every master to be Redis 7.0 or later (SPUBLISH, SSUBSCRIBE): each
+ * CLUSTER SLOTS reply tells, since 7.0 added a fourth field (networking metadata) to every
+ * node it lists. rs__cluster_sharded says whether the last reply showed only such masters
+ * (and REDISYNC_CLUSTER_PUBSUB=classic, read at open and meant for tests, did not force
+ * PUBLISH); a change is logged.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +70,9 @@ static int node_index_locked(rs_client_t *c, const char *host, size_t hlen, int 
 void rs__cluster_init(rs_client_t *c)
 {
     pthread_mutex_init(&c->cl.mu, NULL);
+    const char *pubsub = getenv("REDISYNC_CLUSTER_PUBSUB");
+    c->cl.classic_forced = pubsub && strcmp(pubsub, "classic") == 0;
+    atomic_store(&c->cl.sharded, 0);
     for (int i = 0; i < c->ep.nseeds; i++)
         node_index_locked(c, c->ep.seeds[i].host, strlen(c->ep.seeds[i].host), c->ep.seeds[i].port);
     c->cl.inited = 1;
@@ -159,11 +169,17 @@ int rs__cluster_redirect(rs_client_t *c, const char *err, int *ask)
     return idx;
 }
 
+int rs__cluster_sharded(rs_client_t *c)
+{
+    return atomic_load(&c->cl.sharded);
+}
+
 /* Applies a CLUSTER SLOTS reply. */
 static int apply_slots(rs_client_t *c, const redisReply *r, const rs_node_t *asked)
 {
     if (r->type != REDIS_REPLY_ARRAY)
         return -1;
+    int v7 = r->elements > 0; /* every master listed with 7.0's fourth field */
     pthread_mutex_lock(&c->cl.mu);
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i];
@@ -174,6 +190,8 @@ static int apply_slots(rs_client_t *c, const redisReply *r, const rs_node_t *ask
             e->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
             continue;
         const redisReply *m = e->element[2];
+        if (m->elements < 4)
+            v7 = 0;
         const char *host = m->element[0]->str;
         size_t hlen = m->element[0]->len;
         if (hlen == 0 || strcmp(host, "?") == 0) /* "the node you asked" */
@@ -187,7 +205,16 @@ static int apply_slots(rs_client_t *c, const redisReply *r, const rs_node_t *ask
     }
     c->cl.stale = 0;
     c->cl.refreshed_ns = rs__now_ns();
+    int sharded = v7 && !c->cl.classic_forced;
+    int was = atomic_exchange(&c->cl.sharded, sharded);
+    int first = !c->cl.detected;
+    c->cl.detected = 1;
     pthread_mutex_unlock(&c->cl.mu);
+    if (first || was != sharded)
+        rs__log(c, RS_LOG_INFO, "cluster: %s", sharded ? "every master is Redis >= 7.0: "
+                "sharded wake-ups (SPUBLISH/SSUBSCRIBE)" : c->cl.classic_forced && v7
+                ? "classic wake-ups (PUBLISH), forced by REDISYNC_CLUSTER_PUBSUB=classic"
+                : "a master older than Redis 7.0: classic wake-ups (PUBLISH)");
     return 0;
 }
 

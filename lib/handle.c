@@ -471,7 +471,9 @@ int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out)
         return ENOMEM;
     rs_attempt_t at;
     const rs_acquire_ops_t *ops = c->ep.mode == RS_MODE_REDLOCK ? &rs__rl_ops : &generic_ops;
-    int rc = rs__wait_acquire(c, ops, k, k->acqid, try_only, deadline, &at);
+    int rc = rs__wait_acquire_key(c, ops, k, k->acqid,
+                                  c->ep.mode == RS_MODE_CLUSTER ? k->h->key[0] : NULL, try_only,
+                                  deadline, &at);
     if (rc == 0 && at.done) {
         rs__hold_discard(hold); /* *out stays NULL: done, nothing held */
         return 0;

@@ -69,8 +69,16 @@ static uint64_t secret64(uint64_t n)
 size_t rs__acq_id(rs_client_t *c, char *buf)
 {
     unsigned long long n = (unsigned long long)atomic_fetch_add(&c->next_acq, 1);
-    return (size_t)snprintf(buf, RS_ACQID_MAX, "%s:%llx%c%016llx", c->public_id, n,
-                            RS_ACQID_SEP, (unsigned long long)secret64(n));
+    int sharded = c->ep.mode == RS_MODE_CLUSTER && rs__cluster_sharded(c);
+    return (size_t)snprintf(buf, RS_ACQID_MAX, "%s:%s%llx%c%016llx", c->public_id,
+                            sharded ? "s" : "", n, RS_ACQID_SEP,
+                            (unsigned long long)secret64(n));
+}
+
+int rs__acq_sharded(const char *id)
+{
+    const char *colon = strchr(id, ':');
+    return colon && colon[1] == 's';
 }
 
 rs_hold_t *rs__hold_find(rs_hold_t *list, uint64_t thread_no)

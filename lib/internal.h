@@ -192,6 +192,9 @@ void rs__cluster_free(rs_client_t *c);
  * force, else only when a MOVED made it stale (at most every 100 ms). 0, RS_ECONN, RS_ESERVER. */
 int rs__cluster_refresh(rs_client_t *c, int force, long timeout_ms);
 void rs__cluster_stale(rs_client_t *c); /* a node failed: reload the map before next use */
+/* 1 if the last CLUSTER SLOTS showed only Redis >= 7.0 masters (and classic pub/sub is not
+ * forced): waiters then take sharded wake-ups (notify_shard.c). */
+int rs__cluster_sharded(rs_client_t *c);
 /* The node serving key's slot (an index into the node table), -1 if unknown. */
 int rs__cluster_node_of(rs_client_t *c, const char *key, size_t len);
 int rs__cluster_node(rs_client_t *c, int idx, rs_node_t *out); /* 0 or -1 */
@@ -284,12 +287,16 @@ uint64_t rs__owner_no_new(void);
 #define RS_TOKEN_MAX 64
 size_t rs__owner_token(const rs_client_t *c, uint64_t no, char *buf);
 /* A fresh acquisition id "PUBLICID:N.SECRET", unique per client; SECRET is 64 random bits.
+ * In a Cluster that takes sharded wake-ups (rs__cluster_sharded) it is "PUBLICID:sN.SECRET":
+ * the waiter that queues under it listens on the sharded channel of the name
+ * (PREFIX:{TAG}:w:PUBLICID, notify_shard.c), and the scripts' wake() SPUBLISHes there.
  * "PUBLICID:N" (the route) may be published in messages that only ask for a retry; the whole
  * id is published only in the grant that ends the acquisition, so nobody who cannot read
  * the queue keys can forge a grant. buf: RS_ACQID_MAX bytes. */
 #define RS_ACQID_MAX 64
 #define RS_ACQID_SEP '.' 
 size_t rs__acq_id(rs_client_t *c, char *buf);
+int rs__acq_sharded(const char *id); /* 1 for "PUBLICID:sN..." */
 /* getrandom(2), retried on EINTR: 0 or -1 */
 int rs__random_bytes(unsigned char *buf, size_t n);
 unsigned rs__fork_generation(void); /* life.c: bumped in every fork child (pthread_atfork) */
@@ -378,6 +385,7 @@ uint64_t rs__drift_ns(long lease_ms);
 typedef struct rs_waiter {
     char id[RS_ACQID_MAX];   /* acquisition id: messages on the client channel */
     const char *topic;       /* or a watched channel: every message on it wakes this waiter */
+    struct rs_shard *shard;  /* the sharded channel it also listens on (notify_shard.c) */
     pthread_cond_t cv;
     int wake;
     char msg[96];
@@ -402,6 +410,27 @@ void rs__notify_stop(rs_client_t *c);
 void rs__notify_forget(rs_client_t *c);   /* in a fork child: free without the thread */
 /* The master moved: a subscriber connected before is made to reconnect. */
 void rs__notify_topology(rs_client_t *c);
+/* For notify_shard.c: a message "ACQID DETAILS" for a local waiter; a wake-up of w (nt.mu
+ * held). */
+void rs__notify_dispatch(rs_client_t *c, const char *payload, size_t len);
+void rs__notify_poke_locked(rs_waiter_t *w, int wake);
+
+/* ----- notify_shard.c ---------------------------------------------------------------- */
+/* The most sharded channels a client keeps subscribed (one per name it waits on); beyond,
+ * the least recently used one nobody waits on is dropped. */
+#define RS_SHARD_CHANNELS_MAX 1024
+/* After rs__notify_begin of a waiter whose acquisition id is sharded ("PUBLICID:sN..."):
+ * listens on the sharded channel of key's hash tag, subscribing (SSUBSCRIBE on the master of
+ * its slot) and waiting for the confirmation if need be. 0 or an error (lasterror set). */
+int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen);
+/* Before w sleeps: 1 if its channel had to move to the slot's current master (the caller
+ * retries at once: a wake-up published before the move may be lost), 0 if it stands, or an
+ * error. */
+int rs__notify_shard_check(rs_client_t *c, rs_waiter_t *w);
+/* Before rs__notify_end. */
+void rs__notify_shard_end(rs_client_t *c, rs_waiter_t *w);
+void rs__notify_shard_stop(rs_client_t *c);
+void rs__notify_shard_forget(rs_client_t *c); /* in a fork child */
 
 /* ----- wait.c ------------------------------------------------------------------------ */
 /* The outcome of one acquisition attempt, filled by a primitive's attempt(). */
@@ -429,6 +458,11 @@ typedef struct rs_acquire_ops {
  * until granted or deadline_ns (ETIMEDOUT). acqid names the acquisition in wake-ups. */
 int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, const char *acqid,
                      int try_only, uint64_t deadline_ns, rs_attempt_t *out);
+/* The same, listening also on the sharded channel of key's hash tag (notify_shard.c) when
+ * acqid is sharded (rs__acq_sharded); key NULL: as rs__wait_acquire. */
+int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
+                         const char *acqid, const char *key, int try_only,
+                         uint64_t deadline_ns, rs_attempt_t *out);
 /* Waits for an event announced on channel topic (e.g. a latch opening): check(ctx) returns
  * 0 when the event has happened, 1 when not yet, or -error. It runs once, then again after
  * the topic is subscribed, after every message on it or poke, and every recheck_ms (which
@@ -686,6 +720,8 @@ struct rs_client {
         int nnodes;
         rs_node_t nodes[RS_NODES_MAX]; /* append-only: indices never change */
         uint8_t slot[16384];           /* node index + 1; 0: unknown */
+        atomic_int sharded;            /* rs__cluster_sharded */
+        int detected, classic_forced;
     } cl;
 
     /* Redlock (redlock.c): a master whose connect failed or hung is not dialled again
@@ -741,6 +777,19 @@ struct rs_client {
         uint64_t generation;   /* bumps on every (re)subscription */
         rs_waiter_t *head;
         struct rs_watch *watches; /* extra channels (latches) */
+        /* sharded wake-ups (notify_shard.c): the channels, and one subscriber connection
+         * and thread per master that serves one of them */
+        struct rs_shard *shards;
+        int nshards;
+        uint64_t shard_tick;   /* LRU clock */
+        struct rs_nt_slink {
+            rs_client_t *c;
+            int node;          /* index in the cluster node table */
+            pthread_t thread;
+            int started;
+            int fd;            /* -1 while not connected */
+            redisContext *ctx;
+        } *slink[RS_NODES_MAX];
         char error[160];       /* the server's refusal of a SUBSCRIBE, if any */
     } nt;
 };

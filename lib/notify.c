@@ -21,6 +21,10 @@
  * its head waiter. A waiter registers once a quorum of links is subscribed (fewer could not
  * grant it anyway), and any link that (re)subscribes makes every waiter retry.
  *
+ * In a Cluster whose masters are all Redis >= 7.0, waiters also listen on sharded channels
+ * of the names they wait on (notify_shard.c, above this file): their messages come to
+ * rs__notify_dispatch like those of the client channel.
+ *
  * Events that concern everyone (a latch opening) go to a channel of their own: a waiter
  * watches it (rs__notify_watch: subscribed on demand, reference-counted, re-subscribed after
  * a reconnect) and registers with that channel as its topic; one message wakes every local
@@ -39,7 +43,7 @@
 #include "internal.h"
 
 /* nt.mu held */
-static void poke_locked(rs_waiter_t *w, int wake)
+void rs__notify_poke_locked(rs_waiter_t *w, int wake)
 {
     /* a message outranks a retry; cancel outranks both */
     if (wake == RS_WAKE_RETRY && w->wake == RS_WAKE_MSG)
@@ -71,7 +75,7 @@ static void dispatch_topic(rs_client_t *c, const char *channel)
     pthread_mutex_lock(&c->nt.mu);
     for (rs_waiter_t *w = c->nt.head; w; w = w->next)
         if (w->topic && strcmp(w->topic, channel) == 0)
-            poke_locked(w, RS_WAKE_MSG);
+            rs__notify_poke_locked(w, RS_WAKE_MSG);
     pthread_mutex_unlock(&c->nt.mu);
 }
 
@@ -87,7 +91,7 @@ static void confirmed(rs_client_t *c, struct rs_nt_link *lk, const char *channel
         c->nt.generation++;
         /* whatever was published while we were away is lost: everyone retries */
         for (rs_waiter_t *w = c->nt.head; w; w = w->next)
-            poke_locked(w, RS_WAKE_RETRY);
+            rs__notify_poke_locked(w, RS_WAKE_RETRY);
     } else {
         struct rs_watch *w = watch_find(c, channel);
         if (w)
@@ -119,7 +123,7 @@ static void write_raw(rs_client_t *c, const char *cmd, const char *channel)
             write_link(c->nt.link[i].ctx, cmd, channel);
 }
 
-static void dispatch(rs_client_t *c, const char *payload, size_t len)
+void rs__notify_dispatch(rs_client_t *c, const char *payload, size_t len)
 {
     const char *sp = memchr(payload, ' ', len);
     size_t idlen = sp ? (size_t)(sp - payload) : len;
@@ -141,7 +145,7 @@ static void dispatch(rs_client_t *c, const char *payload, size_t len)
         if (rest)
             memcpy(w->msg, sp + 1, rest);
         w->msg[rest] = '\0';
-        poke_locked(w, RS_WAKE_MSG);
+        rs__notify_poke_locked(w, RS_WAKE_MSG);
         break;
     }
     pthread_mutex_unlock(&c->nt.mu);
@@ -232,7 +236,7 @@ static void *notify_main(void *arg)
                 const char *kind = r->element[0]->str, *chan = r->element[1]->str;
                 if (strcmp(kind, "message") == 0 && r->element[2]->type == REDIS_REPLY_STRING) {
                     if (strcmp(chan, c->channel) == 0)
-                        dispatch(c, r->element[2]->str, r->element[2]->len);
+                        rs__notify_dispatch(c, r->element[2]->str, r->element[2]->len);
                     else
                         dispatch_topic(c, chan);
                 } else if (strcmp(kind, "subscribe") == 0) {
@@ -391,7 +395,7 @@ void rs__notify_end(rs_client_t *c, rs_waiter_t *w)
 void rs__notify_poke(rs_client_t *c, rs_waiter_t *w, int wake)
 {
     pthread_mutex_lock(&c->nt.mu);
-    poke_locked(w, wake);
+    rs__notify_poke_locked(w, wake);
     pthread_mutex_unlock(&c->nt.mu);
 }
 
@@ -399,7 +403,7 @@ void rs__notify_cancel_all(rs_client_t *c)
 {
     pthread_mutex_lock(&c->nt.mu);
     for (rs_waiter_t *w = c->nt.head; w; w = w->next)
-        poke_locked(w, RS_WAKE_CANCEL);
+        rs__notify_poke_locked(w, RS_WAKE_CANCEL);
     pthread_cond_broadcast(&c->nt.cv);
     pthread_mutex_unlock(&c->nt.mu);
 }

@@ -22,6 +22,13 @@
 int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, const char *acqid,
                      int try_only, uint64_t deadline_ns, rs_attempt_t *out)
 {
+    return rs__wait_acquire_key(c, ops, ctx, acqid, NULL, try_only, deadline_ns, out);
+}
+
+int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
+                         const char *acqid, const char *key, int try_only,
+                         uint64_t deadline_ns, rs_attempt_t *out)
+{
     memset(out, 0, sizeof *out);
     if (try_only || deadline_ns <= rs__now_ns()) {
         int rc = ops->attempt(ctx, 0, out);
@@ -43,6 +50,12 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
     int rc = rs__notify_begin(c, &w, acqid, NULL);
     if (rc != 0)
         return rc;
+    if (key && acqid && rs__acq_sharded(acqid) &&
+        (rc = rs__notify_shard_begin(c, &w, key, strlen(key))) != 0) {
+        rs__notify_shard_end(c, &w);
+        rs__notify_end(c, &w);
+        return rc;
+    }
     rs_lease_t *ql = NULL;
     uint64_t fence_floor = 0; /* highest fencing counter any busy answer showed */
     int queued = 0;
@@ -70,6 +83,9 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
         uint64_t until = rs__now_ns() + (uint64_t)nap_ms * RS_NS_PER_MS;
         if (until > deadline_ns)
             until = deadline_ns;
+        /* a sharded channel follows its slot (our attempt may have met MOVED); the new
+         * master's confirmation makes us retry */
+        rs__notify_shard_check(c, &w);
         int wake = rs__notify_sleep(c, &w, until);
         if (wake == RS_WAKE_MSG) {
             if (ql) {
@@ -125,6 +141,7 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
         else
             rs__fail(c, rc, "%s", why); /* the wait's own error, not the cancel's */
     }
+    rs__notify_shard_end(c, &w);
     rs__notify_end(c, &w);
     return rc;
 }

@@ -26,6 +26,13 @@
 #                     the lock's two EVALSHAs, and contended handoff plain and TLS, with issue
 #                     12's two targets as PASS/MISS (bench/tls/tls.c)
 #
+#   make bench        also runs build/redisync-bench-cluster (or alone: make bench-cluster):
+#                     3 masters, 3 masters + 3 replicas, 6 masters; 8 processes on one mutex, then
+#                     8 x 4 threads on 16 names; per acquisition the cluster bus messages
+#                     (classic and sharded), client commands, EVALSHA / PUBLISH / SPUBLISH
+#                     calls and server CPU over all nodes (bench/cluster/cluster.c, about
+#                     55 s); CLUSTER_ARGS='SECONDS PROCS' (default '3 8')
+#
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
 #
@@ -41,7 +48,8 @@ STORM_ARGS ?=
 # what bench-peers runs: redisync's mutex and the raw floor next to the three peers
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
-.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls
+.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls \
+        bench-cluster
 
 # The one-program benchmarks: bench/DIR/DIR.c builds BIN, which make bench-DIR runs with
 # $(ARGSVAR) (default DEFAULT). $(call small_bench,DIR,BIN,ARGSVAR,DEFAULT)
@@ -60,10 +68,11 @@ endef
 $(eval $(call small_bench,holds,$(BUILDDIR)/redisync-holds,HOLDS_ARGS,10000 10))
 $(eval $(call small_bench,memory,$(BUILDDIR)/redisync-memory,MEMORY_ARGS,1000000 4))
 $(eval $(call small_bench,redlock,$(BUILDDIR)/redisync-redlock,REDLOCK_ARGS,4 2 8 32))
+$(eval $(call small_bench,cluster,$(BUILDDIR)/redisync-bench-cluster,CLUSTER_ARGS,3 8))
 $(eval $(call small_bench,tls,$(BUILDDIR)/redisync-bench-tls,TLSB_ARGS,4000))
 
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
-bench: bench-contention bench-holds bench-memory bench-redlock bench-tls
+bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster
 
 bench-contention: | deps
 	@sh bench/deps.sh

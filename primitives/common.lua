@@ -67,9 +67,30 @@ local function q_add(q, qi, id, info, maxw, qlease, now_ms, score)
   return nil
 end
 
--- The channel of the client that made acquisition id "PUBLICID:N".
-local function client_channel(prefix, id)
-  return prefix .. (string.match(id, '^([^:]+):') or '')
+-- Wakes the client that made acquisition id "PUBLICID:N.SECRET" with msg: the one way every
+-- script publishes a wake-up addressed to one waiter. base: the script's ARGV[5], the classic
+-- channel prefix "PREFIX:client:"; key: one of the name's keys (they share its hash tag).
+--   classic  PUBLISH base .. PUBLICID, on every server: a Redis Cluster copies it over its
+--            bus to every node
+--   sharded  an id "PUBLICID:sN.SECRET" (lib/hold.c) was made by a client of a Cluster whose
+--            masters are all Redis >= 7.0 and listens with SSUBSCRIBE on the name's channel
+--            "PREFIX:{TAG}:w:PUBLICID" (lib/notify_shard.c): SPUBLISH there, which stays in
+--            the shard (one bus message per replica). The channel has the keys' hash tag, so
+--            it is in the slot this script runs on. A node that refuses SPUBLISH (older than
+--            7.0) gets the classic PUBLISH instead: the waiter listens on both.
+-- The waiter, not the releaser, chooses, so clients configured differently (a forced
+-- fallback, a library upgrade in progress) still wake each other.
+local function wake(base, key, id, msg)
+  local pub, n = string.match(id, '^([^:]+):(s?)')
+  pub = pub or ''
+  if n == 's' then
+    local tag = string.match(key, '^[^{]*{[^}]*}')
+    if tag then
+      local r = redis.pcall('SPUBLISH', tag .. ':w:' .. pub, msg)
+      if type(r) ~= 'table' or not r.err then return end
+    end
+  end
+  redis.call('PUBLISH', base .. pub, msg)
 end
 
 -- An acquisition id is "PUBLICID:N.SECRET" (lib/hold.c); its route "PUBLICID:N" addresses a

@@ -13,7 +13,7 @@
 --
 -- ARGV[1] op: acq | renew | rel | qrenew | cancel | enter | leave | info | force
 -- ARGV[2] owner token (raw; only its SHA1 is stored)
--- ARGV[3] acquisition id "PUBLICID:N" (wake-ups go to channel ARGV[5] .. PUBLICID)
+-- ARGV[3] acquisition id "PUBLICID:N" (wake-ups: wake() in common.lua)
 -- ARGV[4] lease ms
 -- ARGV[5] channel prefix, e.g. "rs:client:"
 -- ARGV[6] (acq) "q": queue when busy, "t": try only; "Q", "T": the same, and a hold of this
@@ -92,7 +92,7 @@ if (op == 'acq' or op == 'rel') and not redlock then
 end
 
 -- @common
--- The helpers of primitives/common.lua (q_*, client_channel) come here.
+-- The helpers of primitives/common.lua (q_*, wake, acq_route) come here.
 local function check_types()
   return wrong_type({'hash', 'string', 'zset', 'hash'}, 'mutex')
 end
@@ -130,7 +130,7 @@ local function hand_to_head(now_ms, now_us, prev)
   local _, lease, tok = string.match(info, '^(%d+) (%d+) (%x+)$')
   local f = grant(tok, head, lease, now_us, prev)
   drop(head)
-  redis.call('PUBLISH', client_channel(ARGV[5], head), head .. ' ' .. f)
+  wake(ARGV[5], KEYS[1], head, head .. ' ' .. f)
   return true
 end
 
@@ -151,7 +151,7 @@ local function wake_head(now_ms)
   if r < 20 then r = 20 elseif r > 500 then r = 500 end
   redis.call('HSET', KEYS[1], 'w', head, 'x', fmt(now_ms + r))
   if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], 10000) end
-  redis.call('PUBLISH', client_channel(ARGV[5], head), acq_route(head) .. ' retry')
+  wake(ARGV[5], KEYS[1], head, acq_route(head) .. ' retry')
 end
 
 -- Redlock: raises the fencing counter to the holder's token ARGV[10], if given.

@@ -13,7 +13,7 @@
 --
 -- ARGV[1] op: acq | renew | rel | done | qrenew | cancel | state | reset | info | force
 -- ARGV[2] owner token (raw; only its SHA1 is stored)
--- ARGV[3] acquisition id "PUBLICID:N.SECRET" (wake-ups go to channel ARGV[5] .. PUBLICID)
+-- ARGV[3] acquisition id "PUBLICID:N.SECRET" (wake-ups: wake() in common.lua)
 -- ARGV[4] lease ms
 -- ARGV[5] channel prefix, e.g. "rs:client:"
 -- ARGV[6] (acq) "q": queue when busy, "t": try only
@@ -45,7 +45,7 @@ local DONE_TTL = 2592000000 -- 30 days
 -- The helpers of primitives/core.lua come before this text.
 
 -- @common
--- The helpers of primitives/common.lua (q_*, client_channel, acq_route) come here.
+-- The helpers of primitives/common.lua (q_*, wake, acq_route) come here.
 
 local tokhash = redis.sha1hex(ARGV[2])
 
@@ -62,7 +62,7 @@ local function hand_to_head(now_ms, now_us, prev)
   local _, lease, tok = string.match(info, '^(%d+) (%d+) (%x+)$')
   local f = mutex_grant(KEYS[2], KEYS[3], tok, head, lease, now_us, prev)
   q_drop(KEYS[4], KEYS[5], head)
-  redis.call('PUBLISH', client_channel(ARGV[5], head), head .. ' ' .. f)
+  wake(ARGV[5], KEYS[1], head, head .. ' ' .. f)
   return true
 end
 
@@ -140,7 +140,7 @@ if op == 'done' then
   -- everyone who waits is done too: one retry message each, then the queue goes
   local ids = redis.call('ZRANGE', KEYS[4], 0, -1)
   for i = 1, #ids do
-    redis.call('PUBLISH', client_channel(ARGV[5], ids[i]), acq_route(ids[i]) .. ' retry')
+    wake(ARGV[5], KEYS[1], ids[i], acq_route(ids[i]) .. ' retry')
   end
   redis.call('DEL', KEYS[4], KEYS[5])
   return 1

@@ -22,7 +22,7 @@
 --
 -- ARGV[1] op: acq | renew | rel | qrenew | cancel | enter | leave | info | force
 -- ARGV[2] owner token (raw; only its SHA1 is stored)
--- ARGV[3] acquisition id "PUBLICID:N" (wake-ups go to channel ARGV[5] .. PUBLICID)
+-- ARGV[3] acquisition id "PUBLICID:N" (wake-ups: wake() in common.lua)
 -- ARGV[4] lease ms
 -- ARGV[5] channel prefix, e.g. "rs:client:"
 -- ARGV[6] (acq) "q": queue when busy, "t": try only
@@ -255,7 +255,7 @@ local function promote(now_ms, now_us, skip)
       end
       drop(head)
       if head ~= skip then
-        redis.call('PUBLISH', client_channel(ARGV[5], head), head .. ' ' .. f)
+        wake(ARGV[5], KEYS[1], head, head .. ' ' .. f)
       end
       if m == 'w' then return end
     end

@@ -23,7 +23,7 @@
 --
 -- ARGV[1] op: init | acq | renew | rel | give | qrenew | cancel | val | size | info | force
 -- ARGV[2] owner token (raw; only its SHA1 is stored)
--- ARGV[3] acquisition id "PUBLICID:N" (wake-ups go to channel ARGV[5] .. PUBLICID)
+-- ARGV[3] acquisition id "PUBLICID:N" (wake-ups: wake() in common.lua)
 -- ARGV[4] lease ms
 -- ARGV[5] channel prefix, e.g. "rs:client:"
 -- ARGV[6] (acq) "q": queue when busy, "t": try only
@@ -254,18 +254,17 @@ local function serve(size, taken, now_ms, now_us)
     if not head then return taken, false end
     local _, lease, tok, n = string.match(info, '^(%d+) (%d+) (%x+) (%d+)$')
     lease, n = tonumber(lease), tonumber(n)
-    local chan = client_channel(ARGV[5], head)
     if not n or n < 1 or n > size then
       drop(head)
       -- the route only ("PUBLICID:N"): the whole id, with its secret, is kept for grants
-      if head ~= ARGV[3] then redis.call('PUBLISH', chan, acq_route(head) .. ' 0') end
+      if head ~= ARGV[3] then wake(ARGV[5], KEYS[1], head, acq_route(head) .. ' 0') end
     elseif taken + n > size then
       return taken, true
     else
       drop(head)
       local f = grant(tok, head, n, lease, now_ms, now_us)
       taken = taken + n
-      if head ~= ARGV[3] then redis.call('PUBLISH', chan, head .. ' ' .. f) end
+      if head ~= ARGV[3] then wake(ARGV[5], KEYS[1], head, head .. ' ' .. f) end
     end
   end
 end

@@ -42,6 +42,25 @@ int ts_cluster_start(ts_server_t *nodes, int n)
 
 int ts_cluster_start_ex(ts_server_t *nodes, int n, const char *const *const *extra)
 {
+    return ts_cluster_start_rep(nodes, n, 0, extra);
+}
+
+/* Every replica's link to its master is up (CLUSTER FAILOVER needs it). */
+static int replicas_ok(const ts_server_t *nodes, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char buf[4096];
+        if (!ts_cmd_str(&nodes[i], buf, sizeof buf, "INFO replication"))
+            return 0;
+        if (strstr(buf, "role:slave") && !strstr(buf, "master_link_status:up"))
+            return 0;
+    }
+    return 1;
+}
+
+int ts_cluster_start_rep(ts_server_t *nodes, int n, int replicas,
+                         const char *const *const *extra)
+{
     memset(nodes, 0, sizeof *nodes * (size_t)n);
     for (int i = 0; i < n; i++) {
         const char *args[40] = {"--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
@@ -65,8 +84,10 @@ int ts_cluster_start_ex(ts_server_t *nodes, int n, const char *const *const *ext
         snprintf(addr[i], sizeof addr[i], "127.0.0.1:%d", nodes[i].port);
         argv[k++] = addr[i];
     }
+    char nrep[12];
+    snprintf(nrep, sizeof nrep, "%d", replicas);
     argv[k++] = "--cluster-replicas";
-    argv[k++] = "0";
+    argv[k++] = nrep;
     argv[k++] = "--cluster-yes";
     argv[k] = NULL;
     pid_t pid = fork();
@@ -94,6 +115,8 @@ int ts_cluster_start_ex(ts_server_t *nodes, int n, const char *const *const *ext
         int ok = 1;
         for (int i = 0; i < n && ok; i++)
             ok = cluster_ok(&nodes[i], n);
+        if (ok && replicas > 0)
+            ok = replicas_ok(nodes, n);
         if (ok)
             return 0;
         nap_ms(50);
@@ -112,6 +135,12 @@ void ts_cluster_stop(ts_server_t *nodes, int n)
 char *ts_cluster_myid(const ts_server_t *s, char *buf, size_t len)
 {
     return ts_cmd_str(s, buf, len, "CLUSTER MYID");
+}
+
+int ts_cluster_is_master(const ts_server_t *s)
+{
+    char buf[4096];
+    return ts_cmd_str(s, buf, sizeof buf, "INFO replication") && strstr(buf, "role:master");
 }
 
 int ts_cluster_owner(const ts_server_t *nodes, int n, int slot)

@@ -18,6 +18,13 @@ extern "C" {
 int ts_cluster_start(ts_server_t *nodes, int n);
 /* The same with extra[i] (NULL-terminated, or NULL) added to node i's arguments. */
 int ts_cluster_start_ex(ts_server_t *nodes, int n, const char *const *const *extra);
+/* n nodes of which n / (replicas + 1) masters, each with `replicas` replicas (redis-cli
+ * --cluster-replicas; it picks which node is which: ask ts_cluster_is_master), waiting also
+ * until every replica's link to its master is up. */
+int ts_cluster_start_rep(ts_server_t *nodes, int n, int replicas,
+                         const char *const *const *extra);
+/* 1 if s says role:master now. */
+int ts_cluster_is_master(const ts_server_t *s);
 void ts_cluster_stop(ts_server_t *nodes, int n);
 
 /* The node id (CLUSTER MYID) of s into buf (41 bytes); NULL on error. */

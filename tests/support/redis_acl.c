@@ -25,7 +25,7 @@ static const char ts_acl_rules[] =
  * deployments need (docs/security.md, "Deployments"), nothing more. */
 #define TS_DEP_USER "rsdep"
 #define TS_DEP_PASS "rsdep-pw"
-static const char ts_dep_rules[] = "+role +wait +cluster|slots +asking";
+static const char ts_dep_rules[] = "+role +wait +cluster|slots +asking +spublish +ssubscribe +sunsubscribe";
 
 const char *ts_deploy_userinfo(void)
 {
