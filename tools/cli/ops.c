@@ -110,6 +110,11 @@ static void print_info(const rs_info_t *in, const char *name)
     printf("kind:      %s\n", in->kind);
     printf("name:      %s\n", name);
     int is_latch = strcmp(in->kind, "latch") == 0;
+    if (strcmp(in->kind, "barrier") == 0) { /* holds nothing: its parties and arrivals */
+        printf("parties:   %ld\n", in->count);
+        printf("arrived:   %u (in the current generation)\n", in->waiters);
+        return;
+    }
     if (!is_latch) {
         printf("holders:   %u\n", in->nholders);
         unsigned shown = in->nholders < RS_INFO_HOLDERS ? in->nholders : RS_INFO_HOLDERS;
