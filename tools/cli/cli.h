@@ -35,6 +35,7 @@
 typedef struct opts {
     const char *url;
     const char *prefix;
+    const char *label;      /* --label: shown by info next to this run's holds */
     int verbose;
     /* holding subcommands */
     int have_wait;

@@ -43,11 +43,13 @@ enum {
     OPT_WAITLATCH,
     OPT_COUNT,
     OPT_FORCE,
+    OPT_LABEL,
 };
 
 static const struct option global_long[] = {
     {"url", required_argument, NULL, 'u'},
     {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"label", required_argument, NULL, OPT_LABEL},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -57,6 +59,7 @@ static const struct option global_long[] = {
 static const struct option hold_long[] = {
     {"url", required_argument, NULL, 'u'},
     {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"label", required_argument, NULL, OPT_LABEL},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"wait", required_argument, NULL, 'w'},
@@ -81,6 +84,7 @@ static const struct option hold_long[] = {
 static const struct option other_long[] = {
     {"url", required_argument, NULL, 'u'},
     {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"label", required_argument, NULL, OPT_LABEL},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"wait", no_argument, NULL, OPT_WAITLATCH}, /* latch --wait; -w SECONDS is the timeout */
@@ -97,6 +101,7 @@ static const struct option other_long[] = {
 static const struct option barrier_long[] = {
     {"url", required_argument, NULL, 'u'},
     {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"label", required_argument, NULL, OPT_LABEL},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -118,6 +123,9 @@ static int common_opt(int ch, opts_t *o)
         return 1;
     case OPT_PREFIX:
         o->prefix = optarg;
+        return 1;
+    case OPT_LABEL:
+        o->label = optarg;
         return 1;
     case 'v':
         o->verbose = 1;

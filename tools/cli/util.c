@@ -78,6 +78,8 @@ void print_help(FILE *f)
 "Options:\n"
 "  -u, --url URL          Redis to use (default: $REDISYNC_URL, else redis://127.0.0.1:6379)\n"
 "      --prefix PREFIX    key namespace shared with the programs that use the primitive (default rs)\n"
+"      --label TEXT       shown by 'redisync info' next to this run's holds (with host, pid,\n"
+"                         program and how long it has held)\n"
 "  -w, --wait SECONDS     give up after SECONDS (fractions allowed; 0: fail at once);\n"
 "                         without -w, wait as long as it takes\n"
 "  -n, --nonblock         the same as -w 0 (lock, rdlock, wrlock, once; on sem and\n"
@@ -208,6 +210,7 @@ void config_from(rs_config_t *cfg, const opts_t *o)
     rs_config_init(cfg);
     cfg->url = o->url;
     cfg->prefix = o->prefix;
+    cfg->label = o->label;
     if (o->have_lease)
         cfg->lease_ms = (long)llround(o->lease_s * 1000.0);
     if (o->verbose) {
