@@ -51,6 +51,7 @@ extern "C" {
 
 /* Longest accepted primitive name, in bytes (names are any bytes but NUL). */
 #define RS_NAME_MAX 512
+#define RS_LABEL_MAX 63 /* rs_config_t.label */
 
 /* The library's own error codes. They are ABI: never renumbered, never reused. */
 #define RS_ELOST   1001 /* the caller's hold had been lost before this call: its lease ran out,
@@ -106,7 +107,12 @@ typedef struct rs_config {
                                keys and PUBLISH cannot forge a grant (docs/security.md).
                                0: a grant message naming the whole acquisition id, with its
                                64 secret bits, is trusted. Always on with min_replicas > 0 */
-    void *reserved[7];      /* room to grow without breaking the ABI; keep zeroed */
+    const char *label;      /* shown by inspection (rs_inspect_holder, redisync info) next to
+                               this client's holds, with its host, process id and program:
+                               e.g. "deploy 42 of api". At most RS_LABEL_MAX bytes, no
+                               control characters; NULL or "": none. Not a secret: anyone
+                               who can read the keys sees it */
+    void *reserved[6];      /* room to grow without breaking the ABI; keep zeroed */
 } rs_config_t;
 
 /* Fills cfg with the defaults (all zero/NULL, meaning "default" as documented above). */
@@ -400,6 +406,28 @@ typedef struct rs_info {
 /* Fills out with what Redis says about the primitive (one round trip). EINVAL for an
  * unknown kind or a bad name; RS_ECONN, RS_ESERVER. */
 RS_API int rs_inspect(rs_client_t *c, const char *kind, const char *name, rs_info_t *out);
+
+/* Who holds, as people read it: the client record of holder i of info (a filled rs_inspect
+ * result, i < min(nholders, RS_INFO_HOLDERS)), which every client keeps while it holds
+ * something (a hash PREFIX:{PUBLICID}:client with a TTL, renewed by its watchdog; a single
+ * server and Sentinel only). No secret is in it. held_ms comes from the hold's fencing token
+ * (the server's clock in microseconds at the grant, unless grants came faster than that) and
+ * the server's clock now. One round trip or two. EINVAL for a bad i or a NULL pointer;
+ * RS_ECONN, RS_ESERVER. */
+typedef struct rs_holder_info {
+    char id[48];            /* the acquisition id "PUBLICID:N", as in info->holders[i] */
+    int found;              /* 1: the holder's record exists; 0: none (it has just taken
+                               its first hold, it died, or Cluster/Redlock: not kept) */
+    char host[64];          /* gethostname() of the holder (truncated) */
+    long pid;               /* its process id, 0 if unknown */
+    char program[64];       /* its program's name (program_invocation_short_name) */
+    char label[RS_LABEL_MAX + 1]; /* its rs_config_t.label, "" if none */
+    long held_ms;           /* how long this hold has been held; -1 if unknown (a read hold,
+                               a permit, another holder than the first) */
+    void *reserved[4];
+} rs_holder_info_t;
+RS_API int rs_inspect_holder(rs_client_t *c, const rs_info_t *info, unsigned i,
+                             rs_holder_info_t *out);
 /* Calls each(kind, name, arg) for every primitive under the client's prefix whose name
  * matches the glob pattern (NULL: all), using SCAN (never KEYS). A non-zero return from each
  * stops the walk and is returned. */

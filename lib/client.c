@@ -87,6 +87,16 @@ static int check_config(const rs_config_t *cfg)
     if (cfg->min_replicas > 1000)
         return rs__fail(NULL, EINVAL, "min_replicas must be at most 1000, got %d",
                         cfg->min_replicas);
+    if (cfg->label) {
+        size_t n = strlen(cfg->label);
+        if (n > RS_LABEL_MAX)
+            return rs__fail(NULL, EINVAL, "label must be at most %d bytes, got %zu",
+                            RS_LABEL_MAX, n);
+        for (const unsigned char *p = (const unsigned char *)cfg->label; *p; p++)
+            if (*p < 0x20 || *p == 0x7f)
+                return rs__fail(NULL, EINVAL, "label must not contain control characters "
+                                              "(it is shown on one line by redisync info)");
+    }
     if (cfg->prefix) {
         size_t n = strlen(cfg->prefix);
         if (n == 0 || n > RS_PREFIX_MAX)
@@ -111,6 +121,7 @@ static void client_free(rs_client_t *c)
         free(c->prefix);
         free(c->channel_prefix);
         free(c->channel);
+        free(c->label);
         memset(&c->ep, 0, sizeof c->ep);
         free(c);
         return;
@@ -128,6 +139,7 @@ static void client_free(rs_client_t *c)
     free(c->prefix);
     free(c->channel_prefix);
     free(c->channel);
+    free(c->label);
     memset(&c->ep, 0, sizeof c->ep); /* the password */
     free(c);
 }
@@ -215,7 +227,8 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     size_t cplen = c->prefix_len + sizeof ":client:";
     c->channel_prefix = malloc(cplen);
     c->channel = malloc(cplen + sizeof c->public_id);
-    if (!c->prefix || !c->channel_prefix || !c->channel) {
+    c->label = cfg.label && *cfg.label ? strdup(cfg.label) : NULL;
+    if (!c->prefix || !c->channel_prefix || !c->channel || (cfg.label && *cfg.label && !c->label)) {
         rc = rs__fail(NULL, ENOMEM, "out of memory");
         goto fail;
     }

@@ -673,6 +673,7 @@ struct rs_client {
     size_t prefix_len;
     char *channel_prefix;     /* "PREFIX:client:" */
     char *channel;            /* "PREFIX:client:PUBLICID": this client's wake-up channel */
+    char *label;              /* rs_config_t.label (NULL: none), in the holder record */
     long lease_ms, timeout_ms, replica_timeout_ms;
     int min_replicas;
     int confirm_wakeups;      /* rs_config_t.confirm_wakeups: a grant message is re-checked */
@@ -755,6 +756,9 @@ struct rs_client {
         unsigned ctx_gen;      /* its topology generation */
         uint64_t dial_after_ns; /* no dial ahead of a renewal before this (one failed) */
         redisContext *cctx[RS_NODES_MAX]; /* cluster: one per node */
+        _Atomic uint64_t rec_until_ns; /* the holder record (record.c) is alive until then
+                                          as far as known; 0: to be written */
+        uint64_t rec_retry_ns; /* no early round to write it before this (one a lease) */
     } wd;
 
     /* notifier (notify.c) */
@@ -793,6 +797,19 @@ struct rs_client {
         char error[160];       /* the server's refusal of a SUBSCRIBE, if any */
     } nt;
 };
+
+/* ----- record.c: the client's holder record (PREFIX:{PUBLICID}:client) ------------------ */
+/* 1 where the watchdog keeps it (a single server, Sentinel) */
+int rs__rec_enabled(const rs_client_t *c);
+long rs__rec_ttl_ms(const rs_client_t *c);
+/* The record key of the client public_id (idlen bytes) into out; its length, -1 if too long */
+int rs__rec_key(const rs_client_t *c, const char *public_id, size_t idlen, char *out,
+                size_t outlen);
+/* Appends to ctx the record's HSET (full) and its PEXPIRE; the number of replies due (the
+ * PEXPIRE's last), -1 on error. */
+int rs__rec_append(rs_client_t *c, redisContext *ctx, int full);
+/* The PEXPIRE's reply, for a pipeline sent at sent_ns: alive, or to be written again. */
+void rs__rec_answered(rs_client_t *c, const redisReply *r, uint64_t sent_ns);
 
 /* Handles keep the client's memory alive after rs_client_close (then c->closed is 1). */
 void rs__client_ref(rs_client_t *c);

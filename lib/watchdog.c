@@ -83,8 +83,9 @@ int rs__watch_add(rs_client_t *c, rs_lease_t *l, uint64_t sent_ns, long ttl_ms)
         if (c->wd.head)
             c->wd.head->prev = l;
         c->wd.head = l;
-        if (l->due_ns < c->wd.wake_ns)
-            pthread_cond_signal(&c->wd.cv);
+        if (l->due_ns < c->wd.wake_ns ||
+            (!l->waiter && rs__rec_enabled(c) && atomic_load(&c->wd.rec_until_ns) <= sent_ns))
+            pthread_cond_signal(&c->wd.cv); /* (and the holder record is to be written) */
     }
     pthread_mutex_unlock(&c->wd.mu);
     return rc;
@@ -382,6 +383,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
                       int *res, int n, uint64_t *sent, uint64_t cut)
 {
     int confirm = c->min_replicas > 0;
+    int rec = 0; /* the holder record's PEXPIRE rides in the first pass (record.c) */
     rs__round_begin(res, n, cut);
     if (*ctxp && node < 0 && c->wd.ctx_gen != rs__topo_gen(c)) {
         rs__ctx_free(*ctxp); /* the master moved since it was opened */
@@ -407,6 +409,16 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
         }
         if (!pending)
             goto done;
+        if (pass == 0 && node < 0 && rs__rec_enabled(c)) {
+            /* alive: its PEXPIRE; else, with a hold in the round, written whole */
+            uint64_t until = atomic_load(&c->wd.rec_until_ns);
+            int hold = 0;
+            for (int i = 0; i < n && !hold; i++)
+                hold = batch[i]->waiter == NULL;
+            int full = hold && until <= *sent;
+            if ((full || until > *sent) && (rec = rs__rec_append(c, *ctxp, full)) < 0)
+                goto broken;
+        }
         if (confirm && append_wait(c, *ctxp, cut) != 0)
             goto broken;
         /* sent whole before the first read, within the cut */
@@ -431,6 +443,16 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
             else if (r->type == REDIS_REPLY_ERROR)
                 rs__log(c, RS_LOG_WARN, "renewing %s \"%s\": %s", batch[i]->kind, batch[i]->name,
                         r->str);
+            freeReplyObject(r);
+        }
+        for (; rec > 0; rec--) { /* the record's HSET and PEXPIRE, after the renewals */
+            redisReply *r;
+            if (wd_read(c, *ctxp, batch, res, n, *sent, &cut, &r) != 0)
+                goto broken;
+            if (r->type == REDIS_REPLY_ERROR)
+                rs__log(c, RS_LOG_WARN, "the holder record: %s", r->str);
+            if (rec == 1)
+                rs__rec_answered(c, r, *sent);
             freeReplyObject(r);
         }
         if (confirm) {
@@ -527,6 +549,20 @@ static void run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint
     free(sub);
 }
 
+/* The holder record (record.c) is to be written now: a hold is registered, no record is
+ * known alive, no failed write is recent. Then every lease is renewed at once, in the round
+ * that writes it (an early renewal only extends a lease). wd.mu held. */
+static int rec_wanted_locked(rs_client_t *c, uint64_t now)
+{
+    if (!rs__rec_enabled(c) || atomic_load(&c->wd.rec_until_ns) > now ||
+        now < c->wd.rec_retry_ns)
+        return 0;
+    for (rs_lease_t *l = c->wd.head; l; l = l->next)
+        if (!l->waiter && !l->lost)
+            return 1;
+    return 0;
+}
+
 static void deliver_reports(rs_client_t *c)
 {
     /* wd.mu held on entry and exit; released around the callbacks */
@@ -580,6 +616,11 @@ static void *watchdog_main(void *arg)
             break;
         uint64_t now = rs__now_ns(), wake = RS_NO_DEADLINE;
         int n = 0, ndue = 0;
+        /* the holder record to write: a round now, every lease renewed early in it; at
+         * most once a lease (the rounds after it write the record until it is alive) */
+        int rec_now = rec_wanted_locked(c, now);
+        if (rec_now)
+            c->wd.rec_retry_ns = now + (uint64_t)c->lease_ms * RS_NS_PER_MS;
         /* one walk: expire what is past its deadline, then the nearest deadline of the
          * rest (the round's cut, as nearest_deadline_locked) and the next wake-up */
         uint64_t cut = RS_NO_DEADLINE;
@@ -592,11 +633,11 @@ static void *watchdog_main(void *arg)
             if (l->deadline_ns < wake)
                 wake = l->deadline_ns;
             /* renew once a third of the period has gone, so leases fall into one round */
-            if (l->due_ns <= now)
+            if (l->due_ns <= now || rec_now)
                 ndue++;
             else if (l->due_ns < wake)
                 wake = l->due_ns;
-            if (l->due_ns <= now + period_ns(l) * 2 / 3)
+            if (l->due_ns <= now + period_ns(l) * 2 / 3 || rec_now)
                 n++;
         }
         if (c->wd.reports)
@@ -617,7 +658,7 @@ static void *watchdog_main(void *arg)
             int *res = c->wd.res;
             int k = 0;
             for (rs_lease_t *l = c->wd.head; l && k < n; l = l->next)
-                if (!l->lost && l->due_ns <= now + period_ns(l) * 2 / 3) {
+                if (!l->lost && (l->due_ns <= now + period_ns(l) * 2 / 3 || rec_now)) {
                     atomic_fetch_add(&l->refs, 1);
                     batch[k++] = l;
                 }

@@ -179,3 +179,92 @@ RS_API int rs_list(rs_client_t *c, const char *pattern,
     rs__leave(c);
     return rc;
 }
+
+/* The value of field f in an HGETALL reply r, or NULL. */
+static const redisReply *hfield(const redisReply *r, const char *f)
+{
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING && strcmp(r->element[i]->str, f) == 0 &&
+            r->element[i + 1]->type == REDIS_REPLY_STRING)
+            return r->element[i + 1];
+    return NULL;
+}
+
+static void hcopy(char *dst, size_t len, const redisReply *v)
+{
+    snprintf(dst, len, "%.*s", v ? (int)v->len : 0, v ? v->str : "");
+}
+
+RS_API int rs_inspect_holder(rs_client_t *c, const rs_info_t *info, unsigned i,
+                             rs_holder_info_t *out)
+{
+    if (!c)
+        return rs__fail(NULL, EINVAL, "client is NULL");
+    if (!out)
+        return rs__fail(c, EINVAL, "holder info pointer is NULL");
+    memset(out, 0, sizeof *out);
+    out->held_ms = -1;
+    if (!info)
+        return rs__fail(c, EINVAL, "info is NULL");
+    unsigned shown = info->nholders < RS_INFO_HOLDERS ? info->nholders : RS_INFO_HOLDERS;
+    if (i >= shown || !info->holders[i][0])
+        return rs__fail(c, EINVAL, "no holder %u in info (%u shown)", i, shown);
+    snprintf(out->id, sizeof out->id, "%.*s", (int)sizeof out->id - 1, info->holders[i]);
+    const char *colon = strchr(out->id, ':');
+    size_t idlen = colon ? (size_t)(colon - out->id) : strlen(out->id);
+    char key[RS_PREFIX_MAX + 64];
+    int kl = rs__rec_key(c, out->id, idlen, key, sizeof key);
+    if (kl < 0)
+        return rs__fail(c, EINVAL, "holder id \"%s\" is too long", out->id);
+    if (c && c->ep.mode == RS_MODE_REDLOCK)
+        return 0; /* no record is kept there (lib/record.c) */
+    int rc = rs__enter(c);
+    if (rc)
+        return rc;
+    uint64_t deadline = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+    int node = c->ep.mode == RS_MODE_CLUSTER ? rs__cluster_node_of(c, key, (size_t)kl) : -1;
+    rs_conn_t *k;
+    if ((rc = rs__conn_get_node(c, node, deadline, &k)) != 0) {
+        rs__leave(c);
+        return rc;
+    }
+    const char *hv[2] = {"HGETALL", key};
+    size_t hl[2] = {7, (size_t)kl};
+    const char *tv[1] = {"TIME"};
+    size_t tl[1] = {4};
+    redisReply *r = NULL, *t = NULL;
+    if (rs__ctx_command(k->ctx, 2, hv, hl, &r) != 0 || rs__ctx_command(k->ctx, 1, tv, tl, &t) != 0) {
+        if (r)
+            freeReplyObject(r);
+        rs__conn_put(c, k, 1);
+        rs__leave(c);
+        return rs__fail(c, RS_ECONN, "connection lost while reading the holder's record");
+    }
+    rs__conn_put(c, k, 0);
+    rs__leave(c);
+    if (r->type == REDIS_REPLY_ERROR || t->type == REDIS_REPLY_ERROR) {
+        rc = rs__reply_error(c, r->type == REDIS_REPLY_ERROR ? r : t);
+    } else if (r->type != REDIS_REPLY_ARRAY || t->type != REDIS_REPLY_ARRAY ||
+               t->elements != 2 || t->element[0]->type != REDIS_REPLY_STRING ||
+               t->element[1]->type != REDIS_REPLY_STRING) {
+        rc = rs__fail(c, RS_ESERVER, "unexpected reply to HGETALL or TIME");
+    } else {
+        out->found = r->elements > 0;
+        hcopy(out->host, sizeof out->host, hfield(r, "host"));
+        hcopy(out->program, sizeof out->program, hfield(r, "program"));
+        hcopy(out->label, sizeof out->label, hfield(r, "label"));
+        const redisReply *p = hfield(r, "pid");
+        out->pid = p ? strtol(p->str, NULL, 10) : 0;
+        /* the fencing token of an exclusive hold is the server's clock in us at its grant
+         * (core.lua, next_fence), unless grants came faster: then a little later */
+        if (i == 0 && info->writer && info->fence > 0) {
+            long long now_us = strtoll(t->element[0]->str, NULL, 10) * 1000000LL +
+                               strtoll(t->element[1]->str, NULL, 10);
+            long long held = (now_us - (long long)info->fence) / 1000;
+            out->held_ms = held >= 0 && held < 100LL * 365 * 86400000LL ? (long)held : -1;
+        }
+    }
+    freeReplyObject(r);
+    freeReplyObject(t);
+    return rc;
+}

@@ -148,7 +148,13 @@ static int raw_ok(const ts_server_t *s, const char *fmt, ...)
     return ok;
 }
 
-/* All keys of db 0 but skip (binary-safe copies). */
+/* The holder record of a client, rs:{PUBLICID}:client (lib/record.c): no primitive's key. */
+static int holder_record(const char *k, size_t len)
+{
+    return len == 4 + 16 + 8 && memcmp(k, "rs:{", 4) == 0 && memcmp(k + 20, "}:client", 8) == 0;
+}
+
+/* All keys of db 0 but skip and the clients' holder records (binary-safe copies). */
 #define MAXKEYS 32
 typedef struct keylist {
     int n;
@@ -168,7 +174,8 @@ static int list_keys(const ts_server_t *s, const char *skip, keylist_t *out)
         ret = 0;
         for (size_t i = 0; i < r->elements && out->n < MAXKEYS; i++) {
             redisReply *e = r->element[i];
-            if (skip && e->len == strlen(skip) && memcmp(e->str, skip, e->len) == 0)
+            if ((skip && e->len == strlen(skip) && memcmp(e->str, skip, e->len) == 0) ||
+                holder_record(e->str, e->len))
                 continue;
             out->k[out->n] = malloc(e->len + 1);
             memcpy(out->k[out->n], e->str, e->len);

@@ -107,3 +107,8 @@ Test(examples, latch, .fini = fini)
 {
     run_example("latch");
 }
+
+Test(examples, migrate_once, .fini = fini)
+{
+    run_example("migrate_once");
+}

@@ -61,6 +61,8 @@ void viol(result_t *r, int kind, const char *fmt, ...)
 
 static int exclusive(const scenario_t *sc, const sec_t *s)
 {
+    if (sc->prim == P_ONCE) /* a failing fn makes no fenced write: its loss is on_lost's */
+        return s->mode == 'x';
     return sc->prim == P_MUTEX || sc->prim == P_RMUTEX || (sc->prim == P_RWLOCK && s->mode == 'w');
 }
 
@@ -195,6 +197,147 @@ static void check_latch(redisContext *ck, const scenario_t *sc, result_t *r)
     freeReplyObject(lat);
 }
 
+/* once: the fenced store of every round (I4); no run after a confirmed success and at most
+ * one confirmed success per round; a caller that returned 0 without running fn did so after
+ * some run's fn had succeeded (I8). p: the sections sorted by name, then T_ACQ. */
+static void check_once(redisContext *ck, result_t *r, sec_t **p, size_t n)
+{
+    char d1[256], d2[256];
+    int64_t t0 = INT64_MAX;
+    for (size_t i = 0; i < n; i++)
+        if (p[i]->t_acq < t0)
+            t0 = p[i]->t_acq;
+    for (size_t i = 0; i < n;) {
+        size_t j = i; /* [i, j): one round */
+        const sec_t *ok = NULL;
+        while (j < n && strcmp(p[j]->name, p[i]->name) == 0) {
+            if (p[j]->rc == 0 && p[j]->mode == 'x') {
+                if (ok) {
+                    desc(ok, d1, sizeof d1, t0);
+                    desc(p[j], d2, sizeof d2, t0);
+                    viol(r, V_I8, "once %s: two confirmed successes: %s / %s", p[i]->name, d1, d2);
+                }
+                ok = p[j];
+            }
+            j++;
+        }
+        for (size_t k = i; ok && k < j; k++)
+            if (p[k]->t_acq > ok->t_rel) {
+                desc(ok, d1, sizeof d1, t0);
+                desc(p[k], d2, sizeof d2, t0);
+                viol(r, V_I8, "once %s: fn ran after the confirmed success: %s, then %s",
+                     p[i]->name, d1, d2);
+            }
+        long long ctr = ck_int(ck, "GET ctr:%s", p[i]->name), acc = ck_int(ck, "GET acc:%s", p[i]->name),
+                  bad = ck_int(ck, "GET bad:%s", p[i]->name);
+        if ((ctr > 0 ? ctr : 0) != (acc > 0 ? acc : 0) || bad > 0)
+            viol(r, V_I4, "%s: counter %lld, accepted writes %lld, writes that found another "
+                 "value %lld", p[i]->name, ctr, acc, bad);
+        i = j;
+    }
+    /* every caller that returned 0 without running fn: after some fn of its round succeeded */
+    redisReply *x = lrange(ck, "onc");
+    for (size_t e = 0; e < x->elements; e++) {
+        int slot, gen, round, ran;
+        long long tc, tr;
+        if (sscanf(x->element[e]->str, "%d %d %d %lld %lld %d", &slot, &gen, &round, &tc, &tr,
+                   &ran) != 6) {
+            fprintf(stderr, "faults: bad once record \"%s\"\n", x->element[e]->str);
+            exit(3);
+        }
+        if (ran)
+            continue;
+        char name[16];
+        snprintf(name, sizeof name, "o%d", round);
+        int before = 0;
+        for (size_t i = 0; i < n && !before; i++)
+            before = strcmp(p[i]->name, name) == 0 && p[i]->mode == 'x' && p[i]->t_rel < tr;
+        if (!before)
+            viol(r, V_I8, "once %s: w%d/g%d returned 0 without running fn at %+.3f s, before "
+                 "any fn of the round had succeeded", name, slot, gen, (double)(tr - t0) / 1e6);
+    }
+    freeReplyObject(x);
+}
+
+/* barrier: from "bar" (worker_sync.c), every pass saw the generation move past the one
+ * read before its call (I9: nobody passes before a generation that counts it trips); a
+ * serial pass whose window is one generation names it, and no generation has two. */
+static void check_barrier(redisContext *ck, const scenario_t *sc, result_t *r)
+{
+    (void)sc;
+    redisReply *x = lrange(ck, "bar");
+    size_t n = x->elements;
+    long long *serial_gen = calloc(n ? n : 1, sizeof *serial_gen);
+    int *serial_slot = calloc(n ? n : 1, sizeof *serial_slot);
+    size_t ns = 0;
+    int64_t t0 = INT64_MAX;
+    for (size_t e = 0; e < n; e++) {
+        long long tc;
+        if (sscanf(x->element[e]->str, "%*d %*d %lld", &tc) == 1 && tc < t0)
+            t0 = tc;
+    }
+    for (size_t e = 0; e < n; e++) {
+        int slot, gen, rc;
+        long long tc, tr, g0, g1;
+        if (sscanf(x->element[e]->str, "%d %d %lld %lld %d %lld %lld", &slot, &gen, &tc, &tr,
+                   &rc, &g0, &g1) != 7) {
+            fprintf(stderr, "faults: bad barrier record \"%s\"\n", x->element[e]->str);
+            exit(3);
+        }
+        r->sections++;
+        if (rc != 0 && rc != RS_BARRIER_SERIAL) {
+            r->other_rc++;
+            continue;
+        }
+        r->truthful++;
+        if (g0 >= 0 && g1 >= 0 && g1 <= g0)
+            viol(r, V_I9, "w%d/g%d passed (rc %d) at %+.3f s, but the generation was %lld "
+                 "before its call and %lld after it returned", slot, gen, rc,
+                 (double)(tr - t0) / 1e6, g0, g1);
+        if (rc == RS_BARRIER_SERIAL && g0 >= 0 && g1 == g0 + 1) {
+            for (size_t k = 0; k < ns; k++)
+                if (serial_gen[k] == g0)
+                    viol(r, V_I9, "generation %lld had two serial parties: w%d and w%d/g%d", g0,
+                         serial_slot[k], slot, gen);
+            serial_slot[ns] = slot;
+            serial_gen[ns++] = g0;
+        }
+    }
+    free(serial_gen);
+    free(serial_slot);
+    freeReplyObject(x);
+}
+
+void check_barrier_record(int data_port, const scenario_t *sc, result_t *r)
+{
+    redisContext *d = ck_connect(data_port);
+    long long g = ck_int(d, "HGET fx:{%s}:barrier g", BARRIER_NAME);
+    redisReply *x = ck_cmd(d, "HGETALL fx:{%s}:barrier:out", BARRIER_NAME);
+    long *count = calloc(g > 0 ? (size_t)g : 1, sizeof *count);
+    long *serial = calloc(g > 0 ? (size_t)g : 1, sizeof *serial);
+    for (size_t i = 0; i + 1 < x->elements; i += 2) {
+        long long gen;
+        int s;
+        if (sscanf(x->element[i + 1]->str, "%lld %d", &gen, &s) != 2 || gen < 0 || gen >= g) {
+            viol(r, V_I9, "a counted arrival recorded as \"%s\" (generation now %lld)",
+                 x->element[i + 1]->str, g);
+            continue;
+        }
+        count[gen]++;
+        serial[gen] += s;
+    }
+    for (long long k = 0; k < g; k++)
+        if (count[k] != sc->sem_size || serial[k] != 1)
+            viol(r, V_I9, "generation %lld tripped with %ld counted arrivals (parties %d) and %ld "
+                 "serial", k, count[k], sc->sem_size, serial[k]);
+    if (g <= 0)
+        viol(r, V_LIVE, "the barrier never tripped");
+    free(count);
+    free(serial);
+    freeReplyObject(x);
+    redisFree(d);
+}
+
 void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
                     const restart_win_t *restarts, int nrestarts, int verbose)
 {
@@ -243,6 +386,10 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
 
     if (sc->prim == P_LATCH) {
         check_latch(ck, sc, r);
+        return;
+    }
+    if (sc->prim == P_BARRIER) {
+        check_barrier(ck, sc, r);
         return;
     }
 
@@ -339,7 +486,7 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
     }
 
     /* I3 */
-    if (sc->prim == P_MUTEX || sc->prim == P_RMUTEX) {
+    if (sc->prim == P_MUTEX || sc->prim == P_RMUTEX || sc->prim == P_ONCE) {
         const sec_t *last = NULL; /* the truthful section of this name that ends last */
         for (size_t i = 0; i < n; i++) {
             if (p[i]->rc != 0)
@@ -393,7 +540,9 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
     }
 
     /* I4 */
-    if (sc->prim != P_SEM) {
+    if (sc->prim == P_ONCE)
+        check_once(ck, r, p, n);
+    else if (sc->prim != P_SEM) {
         for (int k = 0; k < sc->names; k++) {
             long long ctr = ck_int(ck, "GET ctr:n%d", k), acc = ck_int(ck, "GET acc:n%d", k),
                       bad = ck_int(ck, "GET bad:n%d", k);

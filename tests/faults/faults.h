@@ -28,7 +28,7 @@
 #include <hiredis/hiredis.h>
 
 /* ---- primitives and scenarios --------------------------------------------------------- */
-typedef enum { P_MUTEX, P_RMUTEX, P_RWLOCK, P_SEM, P_LATCH } prim_t;
+typedef enum { P_MUTEX, P_RMUTEX, P_RWLOCK, P_SEM, P_LATCH, P_ONCE, P_BARRIER } prim_t;
 
 /* Fault kinds. Every kind is counted in the table. */
 typedef enum {
@@ -73,7 +73,7 @@ typedef struct scenario {
     long timeout_ms;
     unsigned faults;      /* FB(kind) mask */
     int names;            /* names contended (mutex, rmutex, rwlock, sem) */
-    int sem_size;         /* semaphore permits */
+    int sem_size;         /* semaphore permits; barrier: parties */
     int latch_count;      /* latch: count-downs per round (= number of count-down processes) */
     long round_ms;        /* latch: one round every round_ms */
     int sentinel;         /* 1: a master, a replica and three sentinels; workers use
@@ -138,6 +138,10 @@ static inline long rnd_range(uint64_t *s, long lo, long hi) /* [lo, hi] */
  *   sec            list of section records (see worker.c, rec_section)
  *   ev             list of in-section fault events "K|S SLOT T NAME FENCE"
  *   lat            list of latch records "D|W ROUND SLOT T0 T1 RC"
+ *   onc            once: "SLOT GEN ROUND T_CALL T_RET RAN", one per call that returned 0
+ *   bar            barrier: "SLOT GEN T_CALL T_RET RC G0 G1" per wait (G0, G1: the
+ *                  generation read from the data server before the call and after it)
+ *   oround         once: the highest round a worker has started (respawns start below it)
  *   err            hash "lock:RC" / "unlock:RC" / ... -> count of non-zero return codes
  *   exit:SLOT:GEN  "ELOST ONLOST SOCKETS REENTRY_BAD" written by a worker that exited cleanly
  *   hi:NAME ctr:NAME acc:NAME bad:NAME   the fenced store (see CK_FREAD / CK_FWRITE)
@@ -162,6 +166,11 @@ enum {
     V_I6,     /* refused without RS_ELOST; loss over a lossy restart not reported;
                  on_lost count != RS_ELOST count */
     V_I7,     /* a key without TTL; a library socket left open after close */
+    V_I8,     /* once: fn ran after a confirmed success; a caller returned 0 before any run
+                 had succeeded; two confirmed successes */
+    V_I9,     /* barrier: a party passed before a generation tripped after its arrival; two
+                 serial parties in one generation; a tripped generation without exactly
+                 PARTIES arrivals and one serial */
     V_LIVE,   /* no progress in a phase; a waiter that did not get through */
     V_API,    /* a return code the API does not allow there; a worker crash */
     V_COUNT
@@ -212,6 +221,10 @@ typedef struct restart_win {
  * violation (the first ones of each kind in full). */
 void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
                     const restart_win_t *restarts, int nrestarts, int verbose);
+/* barrier: every tripped generation in the data server's record of counted arrivals
+ * (PREFIX:{B}:barrier:out) has PARTIES arrivals and one serial (I9) */
+void check_barrier_record(int data_port, const scenario_t *sc, result_t *r);
+#define BARRIER_NAME "B"
 void viol(result_t *r, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- the tables (report.c) ------------------------------------------------------------ */

@@ -33,43 +33,10 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
-#include "faults.h"
-#include "redisync.h"
+#include "worker.h"
 
-#define LOCK_BOUND_MS 15000  /* a waiter stuck this long is a liveness failure */
-#define LATCH_BOUND_MS 15000
-#define MAX_NAMES 8
-
-typedef struct worker {
-    prim_t prim;
-    int slot, gen;
-    uint64_t rng;
-    const char *url, *prefix;
-    int data_port, ck_port;
-    const char *ports;  /* every port the library may connect to, comma-separated */
-    int min_replicas;   /* > 0: lock may return RS_EREPL (a WAIT shortfall, e.g. mid-failover) */
-    long lease_ms, timeout_ms;
-    int names, sem_size, latch_count;
-    long round_ms;
-    int64_t t0;
-    int start_round;
-    int sabotage;      /* self-test of the checks: sometimes skip the lock and claim success */
-    uint64_t last_fence;
-
-    rs_client_t *c;
-    redisContext *ck;
-    char sha_fread[41], sha_fwrite[41], sha_enter[41];
-    void *h[MAX_NAMES];
-    int64_t last_econn[MAX_NAMES]; /* when a lock/unlock on the name last failed with RS_ECONN */
-    int last_lock_rc[MAX_NAMES], last_unlock_rc[MAX_NAMES]; /* for diagnostics */
-    int64_t last_lock_t[MAX_NAMES], last_unlock_t[MAX_NAMES];
-    uint64_t last_lock_fence[MAX_NAMES];
-    long elost;
-    long api_bad;
-} worker_t;
-
-static atomic_long g_onlost;
-static _Atomic int64_t g_lost_t; /* monotonic us of the current section's first on_lost */
+atomic_long g_onlost;
+_Atomic int64_t g_lost_t;
 static int g_liblog;
 static int g_slot;
 
@@ -88,7 +55,7 @@ static void lib_log(int level, const char *msg, void *arg)
         fprintf(stderr, "[w%d %lld] %s\n", g_slot, (long long)(now_us() / 1000), msg);
 }
 
-static void count_err(worker_t *w, const char *what, int rc)
+void count_err(worker_t *w, const char *what, int rc)
 {
     redisReply *r = ck_cmd(w->ck, "HINCRBY err %s:%s 1", what,
                            rc == RS_ECONN ? "RS_ECONN" : rc == RS_ELOST ? "RS_ELOST"
@@ -100,8 +67,7 @@ static void count_err(worker_t *w, const char *what, int rc)
 }
 
 /* A contract breach seen by the worker itself: recorded, counted as an API violation. */
-static void api_bad(worker_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void api_bad(worker_t *w, const char *fmt, ...)
+void api_bad(worker_t *w, const char *fmt, ...)
 {
     char buf[1024];
     va_list ap;
@@ -113,8 +79,7 @@ static void api_bad(worker_t *w, const char *fmt, ...)
     freeReplyObject(r);
 }
 
-static void live_bad(worker_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void live_bad(worker_t *w, const char *fmt, ...)
+void live_bad(worker_t *w, const char *fmt, ...)
 {
     char buf[256];
     va_list ap;
@@ -125,7 +90,7 @@ static void live_bad(worker_t *w, const char *fmt, ...)
     freeReplyObject(r);
 }
 
-static long long stop_value(worker_t *w)
+long long stop_value(worker_t *w)
 {
     long long v = ck_int(w->ck, "GET stop");
     return v > 0 ? v : 0;
@@ -194,7 +159,7 @@ static int sockets_to(int port)
 /* ---- checker calls --------------------------------------------------------------------- */
 /* Marks the slot inside; returns the pending fault command (0 none, 'k' kill, 's' stop,
  * 'n' net:ID, the ID in *net_id). */
-static int ck_enter(worker_t *w, const char *name, int64_t t, long *net_id)
+int ck_enter(worker_t *w, const char *name, int64_t t, long *net_id)
 {
     redisReply *r = ck_cmd(w->ck, "EVALSHA %s 2 in:%d cmd:%d %s:%lld", w->sha_enter, w->slot,
                            w->slot, name, (long long)t);
@@ -217,7 +182,7 @@ static void net_hold(worker_t *w, long id)
     freeReplyObject(ck_cmd(w->ck, "DEL go:%ld", id));
 }
 
-static void ck_event(worker_t *w, char kind, const char *name, uint64_t fence)
+void ck_event(worker_t *w, char kind, const char *name, uint64_t fence)
 {
     char buf[160];
     snprintf(buf, sizeof buf, "%c %d %lld %s %llu", kind, w->slot, (long long)now_us(), name,
@@ -227,7 +192,7 @@ static void ck_event(worker_t *w, char kind, const char *name, uint64_t fence)
 }
 
 /* Fenced read: 1 accepted (value in *v), 0 refused. */
-static int ck_fread(worker_t *w, const char *name, uint64_t fence, long long *v)
+int ck_fread(worker_t *w, const char *name, uint64_t fence, long long *v)
 {
     redisReply *r = ck_cmd(w->ck, "EVALSHA %s 2 hi:%s ctr:%s %llu", w->sha_fread, name, name,
                            (unsigned long long)fence);
@@ -241,7 +206,7 @@ static int ck_fread(worker_t *w, const char *name, uint64_t fence, long long *v)
     return ok;
 }
 
-static int ck_fwrite(worker_t *w, const char *name, uint64_t fence, long long expect)
+int ck_fwrite(worker_t *w, const char *name, uint64_t fence, long long expect)
 {
     redisReply *r = ck_cmd(w->ck, "EVALSHA %s 4 hi:%s ctr:%s acc:%s bad:%s %llu %lld %lld",
                            w->sha_fwrite, name, name, name, name, (unsigned long long)fence,
@@ -644,7 +609,7 @@ int worker_main(int argc, char **argv)
         sleep_us(50000);
     }
 
-    for (int i = 0; w.prim != P_LATCH && i < w.names; i++) {
+    for (int i = 0; w.prim <= P_SEM && i < w.names; i++) {
         char name[16];
         snprintf(name, sizeof name, "n%d", i);
         rc = EINVAL;
@@ -678,11 +643,15 @@ int worker_main(int argc, char **argv)
 
     if (w.prim == P_LATCH)
         latch_loop(&w);
+    else if (w.prim == P_ONCE)
+        once_loop(&w);
+    else if (w.prim == P_BARRIER)
+        barrier_loop(&w);
     else
         while (section(&w) == 0) {
         }
 
-    for (int i = 0; i < w.names; i++) {
+    for (int i = 0; w.prim <= P_SEM && i < w.names; i++) {
         switch (w.prim) {
         case P_MUTEX:
             rc = rs_mutex_destroy(w.h[i]);
@@ -712,8 +681,13 @@ int worker_main(int argc, char **argv)
         p += strcspn(p, ",");
         p += *p == ',';
     }
-    redisReply *r = ck_cmd(w.ck, "SET exit:%d:%d %ld:%ld:%d", w.slot, w.gen, w.elost,
-                           atomic_load(&g_onlost), socks);
+    /* once: a failed fn's run lost meanwhile is told by on_lost only (run returns fn's
+     * value), maybe after the run returned: up to one on_lost per failed run is its own */
+    long onlost = atomic_load(&g_onlost);
+    if (w.prim == P_ONCE && onlost > w.elost && onlost - w.elost <= w.fail_runs)
+        w.elost = onlost;
+    redisReply *r = ck_cmd(w.ck, "SET exit:%d:%d %ld:%ld:%d", w.slot, w.gen, w.elost, onlost,
+                           socks);
     freeReplyObject(r);
     redisFree(w.ck);
     return 0;

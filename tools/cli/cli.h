@@ -5,6 +5,8 @@
  *   main.c     the command line: global and per-subcommand options, dispatch
  *   util.c     messages, --help, parsing of seconds and counts, the client from the options
  *   hold.c     the holding subcommands (lock, rdlock, wrlock, sem): signals, COMMAND
+ *   once.c     once NAME -- COMMAND
+ *   barrier.c  barrier -n PARTIES NAME
  *   ops.c      latch, info, list, release --force
  *
  * Only the public API (include/redisync.h) is used; the Makefile compiles these files with
@@ -33,6 +35,7 @@
 typedef struct opts {
     const char *url;
     const char *prefix;
+    const char *label;      /* --label: shown by info next to this run's holds */
     int verbose;
     /* holding subcommands */
     int have_wait;
@@ -60,7 +63,7 @@ int parse_seconds(const char *s, double *out);
 int parse_uint(const char *s, unsigned long max, unsigned long *out);
 struct timespec deadline_after(double seconds);
 /* the kinds -k takes, in the order info and list show them */
-#define NKINDS 6
+#define NKINDS 7
 extern const char *const kinds[NKINDS];
 int known_kind(const char *k);
 void log_cb(int level, const char *text, void *arg);
@@ -81,6 +84,9 @@ void command_env_free(char **env);
 
 /* once.c: COMMAND on one machine until it succeeds */
 int run_once(const opts_t *o, const char *name, char **command);
+
+/* barrier.c: wait for PARTIES runs; "serial" printed by the one that trips a generation */
+int run_barrier(const opts_t *o, const char *name, unsigned long parties);
 
 /* ops.c */
 int run_latch(const opts_t *o, const char *name, int action, unsigned long arm_n);

@@ -43,11 +43,13 @@ enum {
     OPT_WAITLATCH,
     OPT_COUNT,
     OPT_FORCE,
+    OPT_LABEL,
 };
 
 static const struct option global_long[] = {
     {"url", required_argument, NULL, 'u'},
     {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"label", required_argument, NULL, OPT_LABEL},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, OPT_VERSION},
@@ -57,6 +59,7 @@ static const struct option global_long[] = {
 static const struct option hold_long[] = {
     {"url", required_argument, NULL, 'u'},
     {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"label", required_argument, NULL, OPT_LABEL},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"wait", required_argument, NULL, 'w'},
@@ -81,6 +84,7 @@ static const struct option hold_long[] = {
 static const struct option other_long[] = {
     {"url", required_argument, NULL, 'u'},
     {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"label", required_argument, NULL, OPT_LABEL},
     {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"wait", no_argument, NULL, OPT_WAITLATCH}, /* latch --wait; -w SECONDS is the timeout */
@@ -94,6 +98,22 @@ static const struct option other_long[] = {
     {NULL, 0, NULL, 0},
 };
 
+static const struct option barrier_long[] = {
+    {"url", required_argument, NULL, 'u'},
+    {"prefix", required_argument, NULL, OPT_PREFIX},
+    {"label", required_argument, NULL, OPT_LABEL},
+    {"verbose", no_argument, NULL, 'v'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"wait", required_argument, NULL, 'w'},
+    {"timeout", required_argument, NULL, 'w'},
+    {"conflict-exit-code", required_argument, NULL, 'E'},
+    {"parties", required_argument, NULL, 'n'},
+    {"nonblock", no_argument, NULL, OPT_NONBLOCK},
+    {"nb", no_argument, NULL, OPT_NONBLOCK},
+    {NULL, 0, NULL, 0},
+};
+
 /* Handles an option common to every subcommand; 1 if it was one, -1 on error (printed). */
 static int common_opt(int ch, opts_t *o)
 {
@@ -103,6 +123,9 @@ static int common_opt(int ch, opts_t *o)
         return 1;
     case OPT_PREFIX:
         o->prefix = optarg;
+        return 1;
+    case OPT_LABEL:
+        o->label = optarg;
         return 1;
     case 'v':
         o->verbose = 1;
@@ -293,6 +316,54 @@ static int main_holding(const char *sub, int argc, char **argv, opts_t *o)
     return run_holding(kind, o, name, optind < argc ? argv + optind : NULL);
 }
 
+/* barrier -n PARTIES [-w SECONDS] [--nonblock] [-E CODE] NAME */
+static int main_barrier(int argc, char **argv, opts_t *o)
+{
+    unsigned long parties = 0;
+    int ch;
+    optind = 0;
+    while ((ch = getopt_long(argc, argv, "+:u:vhVw:E:n:", barrier_long, NULL)) != -1) {
+        int r = common_opt(ch, o);
+        if (r)
+            continue;
+        unsigned long v;
+        switch (ch) {
+        case 'w':
+            if (parse_seconds(optarg, &o->wait_s) != 0)
+                return usage_error("-w: not a number of seconds: '%s'", optarg);
+            o->have_wait = 1;
+            break;
+        case OPT_NONBLOCK:
+            o->wait_s = 0;
+            o->have_wait = 1;
+            break;
+        case 'E':
+            if (parse_uint(optarg, 255, &v) != 0)
+                return usage_error("-E: not an exit status (0-255): '%s'", optarg);
+            o->conflict_code = (int)v;
+            break;
+        case 'n':
+            if (parse_uint(optarg, INT_MAX, &v) != 0 || v == 0)
+                return usage_error("-n: not a number of parties (1 or more): '%s'", optarg);
+            parties = v;
+            break;
+        default:
+            return bad_option("barrier", argv, ch);
+        }
+    }
+    if (!parties)
+        return usage_error("barrier: -n PARTIES is required");
+    if (optind >= argc)
+        return usage_error("barrier: NAME is missing");
+    if (optind + 1 < argc)
+        return usage_error("barrier: unexpected argument '%s' (barrier runs no COMMAND)",
+                           argv[optind + 1]);
+    const char *name = argv[optind];
+    if (check_name(name))
+        return EXIT_USAGE;
+    return run_barrier(o, name, parties);
+}
+
 static int main_other(const char *sub, int argc, char **argv, opts_t *o)
 {
     int is_latch = strcmp(sub, "latch") == 0;
@@ -327,7 +398,8 @@ static int main_other(const char *sub, int argc, char **argv, opts_t *o)
             if (is_latch || is_list)
                 return usage_error("%s: -k is not an option here", sub);
             if (!known_kind(optarg))
-                return usage_error("-k: unknown kind '%s' (mutex, rmutex, rwlock, sem, latch, once)",
+                return usage_error("-k: unknown kind '%s' (mutex, rmutex, rwlock, sem, latch, once, "
+                                   "barrier)",
                                    optarg);
             o->kind = optarg;
             break;
@@ -391,6 +463,9 @@ static int main_other(const char *sub, int argc, char **argv, opts_t *o)
         return usage_error("release: -k KIND is required");
     if (strcmp(o->kind, "latch") == 0)
         return usage_error("release: a latch has no holds (use latch NAME --arm N or --down)");
+    if (strcmp(o->kind, "barrier") == 0)
+        return usage_error("release: a barrier has no holds (a party that gave up withdraws "
+                           "its arrival itself)");
     return run_release(o, name);
 }
 
@@ -409,13 +484,15 @@ int main(int argc, char **argv)
     }
     if (optind >= argc)
         return usage_error("a subcommand is missing (lock, rdlock, wrlock, sem, latch, info, "
-                           "list, release)");
+                           "list, release, once, barrier)");
     const char *sub = argv[optind];
     int sargc = argc - optind;
     char **sargv = argv + optind;
     if (!strcmp(sub, "lock") || !strcmp(sub, "rdlock") || !strcmp(sub, "wrlock") ||
         !strcmp(sub, "sem") || !strcmp(sub, "once"))
         return main_holding(sub, sargc, sargv, &o);
+    if (!strcmp(sub, "barrier"))
+        return main_barrier(sargc, sargv, &o);
     if (!strcmp(sub, "latch") || !strcmp(sub, "info") || !strcmp(sub, "list") ||
         !strcmp(sub, "release"))
         return main_other(sub, sargc, sargv, &o);

@@ -105,16 +105,39 @@ static void print_seconds(FILE *f, long ms)
     fprintf(f, "%ld.%03ld s", ms / 1000, ms % 1000);
 }
 
-static void print_info(const rs_info_t *in, const char *name)
+/* The line under a holder: who it is, from its client's record (rs_inspect_holder). */
+static void print_holder(rs_client_t *c, const rs_info_t *in, unsigned i)
+{
+    rs_holder_info_t h;
+    if (rs_inspect_holder(c, in, i, &h) != 0 || !h.found)
+        return; /* no record (just granted, or none kept here): the id alone */
+    printf("           host %s, pid %ld, program %s", h.host, h.pid, h.program);
+    if (h.label[0])
+        printf(", label \"%s\"", h.label);
+    if (h.held_ms >= 0) {
+        printf(", held for ");
+        print_seconds(stdout, h.held_ms);
+    }
+    printf("\n");
+}
+
+static void print_info(rs_client_t *c, const rs_info_t *in, const char *name)
 {
     printf("kind:      %s\n", in->kind);
     printf("name:      %s\n", name);
     int is_latch = strcmp(in->kind, "latch") == 0;
+    if (strcmp(in->kind, "barrier") == 0) { /* holds nothing: its parties and arrivals */
+        printf("parties:   %ld\n", in->count);
+        printf("arrived:   %u (in the current generation)\n", in->waiters);
+        return;
+    }
     if (!is_latch) {
         printf("holders:   %u\n", in->nholders);
         unsigned shown = in->nholders < RS_INFO_HOLDERS ? in->nholders : RS_INFO_HOLDERS;
-        for (unsigned i = 0; i < shown; i++)
+        for (unsigned i = 0; i < shown; i++) {
             printf("holder:    %.*s\n", (int)sizeof in->holders[i], in->holders[i]);
+            print_holder(c, in, i);
+        }
         if (in->nholders > shown)
             printf("holder:    (%u more)\n", in->nholders - shown);
         printf("remaining: ");
@@ -170,7 +193,7 @@ int run_info(const opts_t *o, const char *name)
             snprintf(in.kind, sizeof in.kind, "%s", kinds[i]);
         if (found++)
             printf("\n");
-        print_info(&in, name);
+        print_info(c, &in, name);
     }
     if (!status && !found) {
         if (o->kind)

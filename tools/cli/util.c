@@ -63,27 +63,35 @@ void print_help(FILE *f)
 "                                                       until SIGINT or SIGTERM)\n"
 "  %1$s [-u URL] once [-w SECONDS] [-l SECONDS] [-E CODE] NAME -- COMMAND [ARG...]\n"
 "                 (COMMAND on one machine until it exits 0; the others wait, then exit 0)\n"
+"  %1$s [-u URL] barrier -n PARTIES [-w SECONDS] [--nonblock] [-E CODE] NAME\n"
+"                 (returns when PARTIES runs have arrived; the one that completed the\n"
+"                 generation prints \"serial\")\n"
 "  %1$s [-u URL] latch NAME (--arm N | --down | --wait [-w SECONDS] [-E CODE] | --count)\n"
 "  %1$s [-u URL] info [-k KIND] NAME\n"
 "  %1$s [-u URL] list [PATTERN]\n"
 "  %1$s [-u URL] release --force -k KIND NAME\n"
 "\n"
 "Runs COMMAND while holding a distributed mutex, read or write lock, or semaphore permit\n"
-"kept in Redis, and manages countdown latches; in the manner of flock(1).\n"
+"kept in Redis, runs a command once fleet-wide, and manages countdown latches and barriers;\n"
+"in the manner of flock(1).\n"
 "\n"
 "Options:\n"
 "  -u, --url URL          Redis to use (default: $REDISYNC_URL, else redis://127.0.0.1:6379)\n"
 "      --prefix PREFIX    key namespace shared with the programs that use the primitive (default rs)\n"
+"      --label TEXT       shown by 'redisync info' next to this run's holds (with host, pid,\n"
+"                         program and how long it has held)\n"
 "  -w, --wait SECONDS     give up after SECONDS (fractions allowed; 0: fail at once);\n"
 "                         without -w, wait as long as it takes\n"
-"  -n, --nonblock         the same as -w 0 (lock, rdlock, wrlock; on sem --nonblock only)\n"
+"  -n, --nonblock         the same as -w 0 (lock, rdlock, wrlock, once; on sem and\n"
+"                         barrier --nonblock only)\n"
 "  -c, --command CMDLINE  run CMDLINE with sh -c instead of -- COMMAND\n"
 "  -l, --lease SECONDS    lease of the hold, renewed every third of it (default 30)\n"
 "  -E, --conflict-exit-code CODE  exit status when -w runs out (default 1)\n"
 "      --kill-on-lost     send SIGTERM to COMMAND as soon as the hold is lost, SIGKILL\n"
 "                         --kill-after SECONDS later (default 10) if it still runs\n"
 "  -n, --permits N        sem: size of the semaphore when it is created\n"
-"  -k, --kind KIND        mutex, rmutex, rwlock, sem, latch or once\n"
+"  -n, --parties N        barrier: how many runs each generation waits for\n"
+"  -k, --kind KIND        mutex, rmutex, rwlock, sem, latch, once or barrier\n"
 "  -v, --verbose          say how long the wait took and what runs; show the library's log\n"
 "  -h, --help             show this help and exit\n"
 "  -V, --version          show the version and exit\n"
@@ -95,7 +103,8 @@ void print_help(FILE *f)
 "hold) in its environment. SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on\n"
 "to it; the hold is released once it has exited.\n"
 "\n"
-"Exit status: COMMAND's (128+N if signal N killed it); 1 (or CODE) when -w ran out; 2 usage\n"
+"Exit status: COMMAND's (128+N if signal N killed it); 0 for latch, info, list, release and\n"
+"a barrier that tripped; 1 (or CODE) when -w ran out; 2 usage\n"
 "error; 69 Redis unreachable; 70 internal error; 75 the hold was lost; 126 COMMAND not\n"
 "executable; 127 COMMAND not found; 128+N interrupted by signal N while waiting.\n"
 "See redisync(1).\n",
@@ -140,7 +149,8 @@ struct timespec deadline_after(double seconds)
     return ts;
 }
 
-const char *const kinds[] = {"mutex", "rmutex", "rwlock", "sem", "latch", "once"};
+const char *const kinds[] = {"mutex", "rmutex", "rwlock", "sem", "latch", "once",
+                                  "barrier"};
 
 int known_kind(const char *k)
 {
@@ -200,6 +210,7 @@ void config_from(rs_config_t *cfg, const opts_t *o)
     rs_config_init(cfg);
     cfg->url = o->url;
     cfg->prefix = o->prefix;
+    cfg->label = o->label;
     if (o->have_lease)
         cfg->lease_ms = (long)llround(o->lease_s * 1000.0);
     if (o->verbose) {
