@@ -362,6 +362,7 @@ uninstall:
 -include mk/faults.mk
 -include mk/network.mk
 -include mk/load.mk
+-include mk/clock.mk
 
 clean:
 	rm -rf build
