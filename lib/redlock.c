@@ -419,8 +419,13 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
         for (int i = 0; i < nm; i++)
             if (todo & (1u << i))
                 ctx[i] = c->wd.cctx[i];
-        unsigned broken = rs__rl_fanout(ctx, nm, build_renew, &rc, n, rs__rl_quorum(c), deadline, rep,
-                                 NULL);
+        /* every master's replies are waited for until the deadline, not only a quorum's
+         * plus as long again: a reply that a retransmission delays is slow, not lost, and
+         * a connection left owing replies is dropped (late NULL) and must be dialled again,
+         * two round trips, which a slow link could not afford round after round (false
+         * loss reports under 150-250 ms round trips with 5 % loss, net-rl-slowloss). The
+         * watchdog's round may take this long: the leases' deadlines cut it (cut_ns) */
+        unsigned broken = rs__rl_fanout(ctx, nm, build_renew, &rc, n, 0, deadline, rep, NULL);
         unsigned again = 0;
         for (int i = 0; i < nm; i++) {
             if (!ctx[i])
