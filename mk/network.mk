@@ -12,7 +12,7 @@
 #                         required); the data port dropped for everyone for 1-3 s every 4-6 s
 #                         (net-flap); on three Redlock masters, one worker cut from one master
 #                         for 1.5-2.5 leases (net-rl-part; net-rl-slowloss, delay + loss on
-#                         every master, runs only with --only: Redlock cannot lock there yet).
+#                         every master, runs only with --only: false loss reports remain).
 #                         Invariants I1-I7 as in test-faults, plus the network figures (loss
 #                         detection, takeover, on_lost before the takeover, recovery). About 4
 #                         minutes on 2 cores. Needs root (ip netns, iptables);
