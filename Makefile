@@ -6,14 +6,16 @@
 #                     tools/demo.c exists
 #   make deps         scripts/deps.sh: as root installs missing Debian packages, else checks
 #   make test         deps, then the Criterion suite (tests/*.c) linked with the static library;
-#                     builds build/redisync and the examples first (tests/test_cli.c and
-#                     tests/test_examples.c run them)
+#                     builds build/redisync, the examples and the clock shim
+#                     build/tests/rs-clockshim.so first (tests/test_cli.c,
+#                     tests/test_examples.c and tests/test_clock.c run them; mk/clock.mk)
 #   make examples     deps, then build/examples/NAME for every examples/NAME.c
 #   make check-asan   deps, then library and suite rebuilt under build/asan/ with ASan+UBSan
 #   make demo         deps, then builds and runs build/redisync-demo (tools/demo.c)
 #   make bench        deps, then builds and runs build/redisync-bench (bench/*.c); not in test
 #   make test-network deps, then the fault suite in a network namespace of its own: black
-#                     holes, one-way partitions, delay + loss, flaps (mk/network.mk; make
+#                     holes, one-way partitions, delay + loss, flaps, a Redlock master cut
+#                     from one client (mk/network.mk; make
 #                     test-network-ci is the CI-sized run; needs root)
 #   make load         deps, then the load test: 64 processes x 4 threads on 16 names for 60 s
 #                     (mk/load.mk; make load-ci is the CI-sized run)
@@ -362,6 +364,7 @@ uninstall:
 -include mk/faults.mk
 -include mk/network.mk
 -include mk/load.mk
+-include mk/clock.mk
 
 clean:
 	rm -rf build

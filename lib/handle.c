@@ -479,6 +479,7 @@ int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out)
         return 0;
     }
     if (rc == 0 && at.granted) {
+        atomic_store(&hold->lease->rl_held, at.rl_granted);
         rs__hold_granted(k, hold, at.fence, at.ttl_ms, at.sent_ns);
         *out = hold;
         return 0;
@@ -527,10 +528,19 @@ int rs__release(rs_handle_t *h, rs_hold_t *hold, const char *op)
     redisReply *r = NULL;
     int rc;
     if (c->ep.mode == RS_MODE_REDLOCK) {
-        /* lost when more masters deny it than a quorum could spare */
+        /* lost when more masters deny it than a quorum could spare, or when the masters
+         * that granted it (and no renewal found without it since) and do not deny it now
+         * are fewer than a quorum: the ones that did not answer cannot make up for a
+         * grantor that says it lost the hold (a master whose key expired early: its clock
+         * jumped, tests/test_clock.c; it restarted without its data). Without this, one
+         * grantor of two confirming, the other denying and the third, which never granted
+         * it, silent, made unlock return 0 for a hold that a second client had since won. */
         rs_rl_tally_t t;
         rc = rs__rl_lease_int(c, hold->lease, op, &t);
-        if (rc == 0 && t.zero > c->ep.nseeds - rs__rl_quorum(c) && !lost) {
+        unsigned held = atomic_load(&hold->lease->rl_held);
+        int q = rs__rl_quorum(c);
+        if (rc == 0 && !lost &&
+            (t.zero > c->ep.nseeds - q || (held && __builtin_popcount(held & ~t.zero_mask) < q))) {
             rs__lease_set_lost(c, hold->lease);
             lost = 1;
         }

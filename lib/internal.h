@@ -336,6 +336,9 @@ struct rs_lease {
     struct rs_waiter *waiter; /* set for queue entries */
     char fence[24];          /* Redlock: the hold's token, sent with renew and release (set
                                 before rs__watch_add, then read-only) */
+    atomic_uint rl_held;     /* Redlock: the masters that may still hold it (bit i): those
+                                that granted it; a renewal or release answered 0 there
+                                clears the bit. 0: not known (no rule uses it then) */
     const char *kind;
     char *name;
     /* watchdog state, under the watchdog mutex */
@@ -443,6 +446,7 @@ typedef struct rs_attempt {
     uint64_t fence;    /* granted: the fencing token */
     uint64_t seen_fence; /* busy: the fencing counter then (stale wake-ups carry no more) */
     uint64_t sent_ns;  /* when the call was sent (a lower bound of when Redis ran it) */
+    unsigned rl_granted; /* granted under Redlock: the masters that granted it (bit i) */
 } rs_attempt_t;
 typedef struct rs_acquire_ops {
     /* One script call: take it, or queue (queue=1) / just report busy (queue=0). */
@@ -505,6 +509,7 @@ typedef struct rs_rl_tally {
     int answered;  /* masters that answered with an integer */
     int pos;       /* ... >= 1 (renewed, released, the new count) */
     int zero;      /* ... 0 (not ours there) */
+    unsigned zero_mask; /* the masters that answered 0 (bit i) */
     long long max;
 } rs_rl_tally_t;
 /* Runs the call on every master at once; masters that did not answer are asked again until

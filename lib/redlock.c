@@ -130,7 +130,7 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
             if (r->integer >= 1)
                 t->pos++;
             else
-                t->zero++;
+                t->zero++, t->zero_mask |= 1u << i;
             if (r->integer > t->max)
                 t->max = r->integer;
         } else if (!err) {
@@ -200,7 +200,7 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         rs__rl_round(c, k->h->script, k->h->nkeys, &v, rs__rl_all_mask(c),
                  budget < left ? budget : (left > 0 ? left : 1), rep);
         int answered = 0, granted = 0, busy = 0, mine = 0, err = 0;
-        unsigned undo = 0;
+        unsigned undo = 0, gmask = 0;
         long min_ttl = -1, busy_ttl = -1;
         uint64_t fence = 0;
         for (int i = 0; i < n; i++) {
@@ -223,6 +223,7 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
             } else if (a.granted) {
                 answered++, granted++;
                 undo |= 1u << i;
+                gmask |= 1u << i;
                 if (a.fence > fence)
                     fence = a.fence;
                 if (min_ttl < 0 || a.ttl_ms < min_ttl)
@@ -242,6 +243,7 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
             out->granted = 1;
             out->fence = fence;
             out->ttl_ms = min_ttl;
+            out->rl_granted = gmask;
             rs__clear_error();
             return 0;
         }
@@ -417,8 +419,13 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
         for (int i = 0; i < nm; i++)
             if (todo & (1u << i))
                 ctx[i] = c->wd.cctx[i];
-        unsigned broken = rs__rl_fanout(ctx, nm, build_renew, &rc, n, rs__rl_quorum(c), deadline, rep,
-                                 NULL);
+        /* every master's replies are waited for until the deadline, not only a quorum's
+         * plus as long again: a reply that a retransmission delays is slow, not lost, and
+         * a connection left owing replies is dropped (late NULL) and must be dialled again,
+         * two round trips, which a slow link could not afford round after round (false
+         * loss reports under 150-250 ms round trips with 5 % loss, net-rl-slowloss). The
+         * watchdog's round may take this long: the leases' deadlines cut it (cut_ns) */
+        unsigned broken = rs__rl_fanout(ctx, nm, build_renew, &rc, n, 0, deadline, rep, NULL);
         unsigned again = 0;
         for (int i = 0; i < nm; i++) {
             if (!ctx[i])
@@ -465,6 +472,8 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
                 granted++;
             else if (r->integer == 0)
                 no++;
+            if (!batch[j]->waiter && r->integer == 0) /* (a master that granted, then lost it) */
+                atomic_fetch_and(&batch[j]->rl_held, ~(1u << i));
         }
         if (granted && batch[j]->waiter)
             res[j] = 2; /* a queue entry found granted: its waiter retries */

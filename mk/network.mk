@@ -10,11 +10,14 @@
 #                         with replies only dropped (net-oneway); 100 +- 25 ms each way and 5 %
 #                         loss on every data link (net-slow-lossy: 0 false loss reports
 #                         required); the data port dropped for everyone for 1-3 s every 4-6 s
-#                         (net-flap). Invariants I1-I7 as in test-faults, plus the network
-#                         figures (loss detection, takeover, on_lost before the takeover,
-#                         recovery). About 3.5 minutes on 2 cores. Needs root (ip netns,
-#                         iptables); docs/reliability.md, "Network faults: make test-network".
-#   make test-network-ci  the same at --scale 40 (the CI form, about 1.5 minutes)
+#                         (net-flap); on three Redlock masters, one worker cut from one master
+#                         for 1.5-2.5 leases (net-rl-part; net-rl-slowloss, delay + loss on
+#                         every master, runs only with --only: false loss reports remain).
+#                         Invariants I1-I7 as in test-faults, plus the network figures (loss
+#                         detection, takeover, on_lost before the takeover, recovery). About 4
+#                         minutes on 2 cores. Needs root (ip netns, iptables);
+#                         docs/reliability.md, "Network faults: make test-network".
+#   make test-network-ci  the same at --scale 40 (the CI form, about 2 minutes)
 #
 # Knobs: NETWORK_ARGS (passed to the driver, e.g. NETWORK_ARGS='--only net-oneway --verbose';
 # --list names the scenarios), FAULTS_SEED and FAULTS_LIBLOG as for test-faults.

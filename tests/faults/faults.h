@@ -52,6 +52,8 @@ typedef enum {
     F_NET_ONEWAY,      /* the same, replies only: requests arrive, replies do not */
     F_NET_SLOW_LOSSY,  /* 100 +- 25 ms each way and 5 % loss on every data link, all along */
     F_NET_FLAP,        /* the data port dropped for everyone for 1-3 s */
+    F_NET_RL_PART,     /* Redlock: one worker's packets to and from one master dropped for
+                          1.5-2.5 leases (the other workers and masters untouched) */
     F_COUNT
 } fault_t;
 
@@ -60,7 +62,7 @@ extern const char *const fault_names[F_COUNT];
 #define FB(k) (1u << (k))
 
 /* Network scenarios (net.c): which fault a --net scenario injects. */
-typedef enum { NET_NONE, NET_BLACKHOLE, NET_ONEWAY, NET_SLOW_LOSSY, NET_FLAP } netkind_t;
+typedef enum { NET_NONE, NET_BLACKHOLE, NET_ONEWAY, NET_SLOW_LOSSY, NET_FLAP, NET_RL_PART } netkind_t;
 #define NET_GID0 20000 /* --net: worker SLOT runs with group id NET_GID0 + SLOT */
 
 typedef struct scenario {
@@ -84,6 +86,8 @@ typedef struct scenario {
     int net;              /* netkind_t: a network scenario (only with --net) */
     int tls;              /* 1: the data server speaks TLS (certificates made at start), the
                              workers use rediss://; faults go through its plain admin port */
+    int optin;            /* 1: runs only when --only names it (a known failure, kept as its
+                             reproduction: see docs/reliability.md) */
 } scenario_t;
 
 extern const char *prim_names[];
@@ -207,6 +211,7 @@ typedef struct result {
     long recover_slow;          /* recoveries later than lease + timeout_ms */
     long false_lost;            /* net-slow-lossy: RS_ELOST or on_lost (Redis kept every hold) */
     long onlost_late;           /* a cut holder's on_lost after another worker's grant */
+    long part_lost;             /* net-rl-part: cut holds reported lost (their quorum broken) */
     int64_t margin_min;         /* the least time from a cut holder's on_lost to that grant */
     long margin_n;
 } result_t;
@@ -273,9 +278,9 @@ extern const int net_nscen;
  * root's, and build/redisync-delayq exists; installs the atexit and signal clean-ups. */
 int net_guard(int verbose);
 int net_child(int slot);    /* in a forked worker before exec: group id NET_GID0 + slot */
-/* Scenario start (before the workers): the connmark rules; the delay and loss of
- * net-slow-lossy. 0 or -1. */
-int net_begin(const scenario_t *sc, int data_port, uint64_t seed);
+/* Scenario start (before the workers): the connmark rules on every data port (Redlock: the
+ * three masters'); the delay and loss of the slow-lossy scenarios. 0 or -1. */
+int net_begin(const scenario_t *sc, const int *ports, int nports, uint64_t seed);
 /* Called every 10 ms of the faults phase: cuts and heals; the kind injected or -1. */
 int net_tick(redisContext *ck, uint64_t *rng, result_t *res, char *detail, size_t len);
 void net_heal_all(redisContext *ck); /* end of the faults phase: heal, release a waiter */

@@ -71,38 +71,38 @@
  * RS_ECONN may or may not have been applied, and the test could not tell whether to send it
  * again): its timeout_ms (3000) outlasts every stall. */
 static const scenario_t scenarios[] = {
-    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock net tls */
-    {"mutex-aof",    P_MUTEX,  1,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0},
-    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0},
-    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0},
-    {"rwlock-aof",   P_RWLOCK, 1,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0},
-    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0, 0},
-    {"latch-aof",    P_LATCH,  1,  10,   18,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0, 0, 0},
+    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock net tls optin */
+    {"mutex-aof",    P_MUTEX,  1,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0},
+    {"mutex-lose",   P_MUTEX,  0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0},
+    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0},
+    {"rwlock-aof",   P_RWLOCK, 1,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0},
+    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0, 0, 0},
+    {"latch-aof",    P_LATCH,  1,  10,   18,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0, 0, 0, 0},
     /* Sentinel: failovers (one per 14 s at most: the old master is demoted about 10 s after
      * the switch) among process faults; holds WAIT-confirmed by the replica (min_replicas 1),
      * so every invariant must hold across them, tokens included; holder kills and stops
      * between them (every dead or frozen waiter in a queue costs the lock up to a lease, and
      * the other scenarios cover those: fewer kinds here keep waits within the 15 s bound) */
     {"mutex-failover", P_MUTEX, 0, 8,    28,  1000, 3000,   FB(F_FAILOVER) | FB(F_KILL_HOLDER) | FB(F_STOP_HOLDER),
-                                                                                              2,  0,  0,    0,    1, 1, 0, 0, 0},
+                                                                                              2,  0,  0,    0,    1, 1, 0, 0, 0, 0},
     /* Redlock: three masters with their data (a master restarted without it can let a second
      * holder in: docs/deployments.md), every server fault on one master at a time; the lock
      * wait column shows whether waiters are woken (issue 17: they slept through leases) */
-    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0, 0},
+    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0, 0, 0},
     /* TLS: every library connection is a TLS session (rediss://); kills of connections cut
      * sessions mid-reply, restarts under load make every client reconnect and resume its
      * session, stalls hold handshakes (issue 12) */
-    {"mutex-tls",    P_MUTEX,  1,  8,    18,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 0, 0, 1},
+    {"mutex-tls",    P_MUTEX,  1,  8,    18,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 0, 0, 1, 0},
     /* once (issue 14): rounds of one once each, every worker at each; the runner killed or
      * stopped inside fn, a quarter of the runs failing (handed on): fn never twice at once,
      * never after a confirmed success, nobody through before a success (I8). With AOF: a
      * restart without the done mark would rightly run fn again */
-    {"once-aof",     P_ONCE,   1,  10,   10,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  1,  0,  0,    0,    0, 0, 0, 0, 0},
+    {"once-aof",     P_ONCE,   1,  10,   10,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  1,  0,  0,    0,    0, 0, 0, 0, 0, 0},
     /* barrier (issue 14): 8 workers at one barrier of 3 parties, a quarter of the waits
      * timing out (withdrawn) under the faults: nobody passes before a generation that
      * counts it trips, one serial per generation, PARTIES counted in each (I9). It holds
      * nothing, so no holder faults; timeout_ms as the latch's: no arrival left in doubt */
-    {"barrier-aof",  P_BARRIER, 1, 8,    9,   800,  3000,   LATCH_FAULTS,                     1,  4,  0,    0,    0, 0, 0, 0, 0},
+    {"barrier-aof",  P_BARRIER, 1, 8,    9,   800,  3000,   LATCH_FAULTS,                     1,  4,  0,    0,    0, 0, 0, 0, 0, 0},
 };
 #define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 
@@ -490,8 +490,10 @@ static void run_scenario(run_t *R)
         snprintf(R->url, sizeof R->url, "%s", R->data.url);
         snprintf(R->ports, sizeof R->ports, "%d", R->data.port);
     }
-    if (rc == 0 && sc->net) /* (the connmark rules before the workers' first SYN) */
-        rc = net_begin(sc, R->data.port, R->seed);
+    if (rc == 0 && sc->net) { /* (the connmark rules before the workers' first SYN) */
+        int ports[3] = {R->data.port, R->replica[0].port, R->replica[1].port};
+        rc = net_begin(sc, ports, sc->redlock ? 3 : 1, R->seed);
+    }
     if (rc != 0) {
         fprintf(stderr, "faults: %s: cannot start the data server or its network\n", sc->name);
         res->setup_failed = 1;
@@ -753,6 +755,8 @@ int main(int argc, char **argv)
             snprintf(key, sizeof key, ",%s,", tab[k].name);
             if (!strstr(list, key))
                 continue;
+        } else if (tab[k].optin) {
+            continue;
         }
         scenario_t sc = tab[k];
         sc.seconds = sc.seconds * scale / 100;

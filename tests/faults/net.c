@@ -19,7 +19,9 @@
  *   black hole of worker G    -A INPUT -p tcp -m connmark --mark G -j DROP
  *   one-way (replies lost)    -A INPUT -p tcp --sport DATA -m connmark --mark G -j DROP
  *   flap (everyone)           -A INPUT -p tcp --dport DATA -j DROP, and --sport DATA
- *   loss 5 %                  -A INPUT -p tcp --dport DATA -m statistic --mode random
+ *   Redlock: G from master M  -A INPUT -p tcp --dport M -m connmark --mark G -j DROP, and
+ *                             --sport M (G's connections to the other masters untouched)
+ *   loss 5 % (every data port) -A INPUT -p tcp --dport DATA -m statistic --mode random
  *                             --probability 0.05 -j DROP, and --sport DATA
  *   delay + jitter            -A INPUT -p tcp --dport DATA -j NFQUEUE --queue-num Q
  *                             --queue-bypass, and --sport DATA; build/redisync-delayq
@@ -55,11 +57,17 @@
 
 /* Network scenarios: mutex, 8 processes, 2 names, lease 3000 ms, timeout_ms 2000. */
 const scenario_t net_scenarios[] = {
-    /* name             prim     aof procs secs lease timeout faults                 names sem latch round sentinel minrep redlock net */
-    {"net-blackhole",   P_MUTEX, 1,  8,    36,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0},
-    {"net-oneway",      P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_ONEWAY),      2,    0,  0,    0,    0, 0, 0, NET_ONEWAY, 0},
-    {"net-slow-lossy",  P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0},
-    {"net-flap",        P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_FLAP),        2,    0,  0,    0,    0, 0, 0, NET_FLAP, 0},
+    /* name             prim     aof procs secs lease timeout faults                 names sem latch round sentinel minrep redlock net tls optin */
+    {"net-blackhole",   P_MUTEX, 1,  8,    36,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0},
+    {"net-oneway",      P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_ONEWAY),      2,    0,  0,    0,    0, 0, 0, NET_ONEWAY, 0, 0},
+    {"net-slow-lossy",  P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0},
+    {"net-flap",        P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_FLAP),        2,    0,  0,    0,    0, 0, 0, NET_FLAP, 0, 0},
+    /* Redlock (three masters, appendonly + fsync always): one worker cut from one master
+     * (the others reach it, and it reaches the others); then the slow, lossy links on every
+     * master: opt-in (--only net-rl-slowloss): 0-2 false loss reports per run and lock
+     * waits up to 12 s remain (docs/reliability.md, "Redlock under delay and loss") */
+    {"net-rl-part",     P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_RL_PART),     2,    0,  0,    0,    0, 0, 1, NET_RL_PART, 0, 0},
+    {"net-rl-slowloss", P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 1, NET_SLOW_LOSSY, 0, 1},
 };
 const int net_nscen = (int)(sizeof net_scenarios / sizeof net_scenarios[0]);
 
@@ -67,7 +75,7 @@ const int net_nscen = (int)(sizeof net_scenarios / sizeof net_scenarios[0]);
 #define DELAY_MS 100         /* each way: 150-250 ms round trips */
 #define JITTER_MS 25
 #define LOSS "0.05"
-#define MAX_RULES 48
+#define MAX_RULES 64
 #define MAX_ARGS 40
 
 /* ---- the rules: recorded, removable from a signal handler ------------------------------ */
@@ -299,7 +307,9 @@ int net_child(int slot)
 typedef struct chan {
     int state;        /* 0 idle, 1 armed (holder cut asked, waiting for ready), 2 cut */
     int slot;
-    char kind;        /* B O: a holder black-holed / one-way; b o: any worker; F: everyone */
+    int master;       /* net-rl-part: the index of the master it is cut from */
+    char kind;        /* B O P: a holder black-holed / one-way / cut from one Redlock master;
+                         b o p: any worker; F: everyone */
     long id;
     int rules[2];
     int64_t next_at, until, t_cut;
@@ -308,15 +318,25 @@ typedef struct chan {
 static struct {
     const scenario_t *sc;
     int port, nchan;
+    int ports[3], nports;
     long id;
     chan_t ch[2];
 } N;
 
-int net_begin(const scenario_t *sc, int data_port, uint64_t seed)
+static int fault_kind(const scenario_t *sc)
+{
+    return sc->net == NET_BLACKHOLE ? F_NET_BLACKHOLE : sc->net == NET_ONEWAY ? F_NET_ONEWAY
+         : sc->net == NET_RL_PART   ? F_NET_RL_PART   : F_NET_FLAP;
+}
+
+int net_begin(const scenario_t *sc, const int *ports, int nports, uint64_t seed)
 {
     memset(&N, 0, sizeof N);
     N.sc = sc;
-    N.port = data_port;
+    N.port = ports[0];
+    N.nports = nports < 3 ? nports : 3;
+    for (int p = 0; p < N.nports; p++)
+        N.ports[p] = ports[p];
     N.nchan = sc->net == NET_FLAP ? 1 : 2;
     for (int c = 0; c < 2; c++) {
         N.ch[c].rules[0] = N.ch[c].rules[1] = -1;
@@ -324,21 +344,24 @@ int net_begin(const scenario_t *sc, int data_port, uint64_t seed)
         N.ch[c].next_at = now_us() + (c ? 4000000 : 1500000);
     }
     for (int i = 0; i < sc->procs; i++)
-        if (rule_add("mangle", "OUTPUT", "-p tcp --dport %d -m owner --gid-owner %d -j CONNMARK "
-                     "--set-mark %d", data_port, NET_GID0 + i, NET_GID0 + i) < 0)
-            return -1;
+        for (int p = 0; p < N.nports; p++)
+            if (rule_add("mangle", "OUTPUT", "-p tcp --dport %d -m owner --gid-owner %d -j "
+                         "CONNMARK --set-mark %d", N.ports[p], NET_GID0 + i, NET_GID0 + i) < 0)
+                return -1;
     if (sc->net == NET_SLOW_LOSSY) {
         if (delayq_start(seed) != 0)
             return -1;
         const char *dir[2] = {"--dport", "--sport"};
-        for (int d = 0; d < 2; d++)
-            if (rule_add("filter", "INPUT", "-p tcp %s %d -m statistic --mode random "
-                         "--probability " LOSS " -j DROP", dir[d], data_port) < 0)
-                return -1;
-        for (int d = 0; d < 2; d++)
-            if (rule_add("filter", "INPUT", "-p tcp %s %d -j NFQUEUE --queue-num %d "
-                         "--queue-bypass", dir[d], data_port, NET_QUEUE) < 0)
-                return -1;
+        for (int p = 0; p < N.nports; p++)
+            for (int d = 0; d < 2; d++)
+                if (rule_add("filter", "INPUT", "-p tcp %s %d -m statistic --mode random "
+                             "--probability " LOSS " -j DROP", dir[d], N.ports[p]) < 0)
+                    return -1;
+        for (int p = 0; p < N.nports; p++)
+            for (int d = 0; d < 2; d++)
+                if (rule_add("filter", "INPUT", "-p tcp %s %d -j NFQUEUE --queue-num %d "
+                             "--queue-bypass", dir[d], N.ports[p], NET_QUEUE) < 0)
+                    return -1;
     }
     return 0;
 }
@@ -351,6 +374,13 @@ static int do_cut(chan_t *C, uint64_t *rng, result_t *res)
         C->rules[0] = rule_add("filter", "INPUT", "-p tcp --dport %d -j DROP", N.port);
         C->rules[1] = rule_add("filter", "INPUT", "-p tcp --sport %d -j DROP", N.port);
         C->until = now_us() + rnd_range(rng, 1000, 3000) * 1000;
+    } else if (C->kind == 'P' || C->kind == 'p') {
+        int mp = N.ports[C->master];
+        C->rules[0] = rule_add("filter", "INPUT", "-p tcp --dport %d -m connmark --mark %d -j DROP",
+                               mp, g);
+        C->rules[1] = rule_add("filter", "INPUT", "-p tcp --sport %d -m connmark --mark %d -j DROP",
+                               mp, g);
+        C->until = now_us() + rnd_range(rng, sc->lease_ms * 3 / 2, sc->lease_ms * 5 / 2) * 1000;
     } else {
         C->rules[0] = C->kind == 'B' || C->kind == 'b'
                           ? rule_add("filter", "INPUT", "-p tcp -m connmark --mark %d -j DROP", g)
@@ -359,13 +389,13 @@ static int do_cut(chan_t *C, uint64_t *rng, result_t *res)
         C->until = now_us() + rnd_range(rng, sc->lease_ms * 3 / 2, sc->lease_ms * 5 / 2) * 1000;
     }
     C->t_cut = now_us(); /* the rule is in force from here on (it may be from a little earlier) */
-    if (C->rules[0] < 0 || (C->kind == 'F' && C->rules[1] < 0)) {
+    int two = C->kind == 'F' || C->kind == 'P' || C->kind == 'p';
+    if (C->rules[0] < 0 || (two && C->rules[1] < 0)) {
         res->setup_failed = 1;
         return -1;
     }
     C->state = 2;
-    res->faults[sc->net == NET_BLACKHOLE ? F_NET_BLACKHOLE : sc->net == NET_ONEWAY ? F_NET_ONEWAY
-                                                                             : F_NET_FLAP]++;
+    res->faults[fault_kind(sc)]++;
     return 0;
 }
 
@@ -375,7 +405,7 @@ static void heal(chan_t *C, redisContext *ck)
     rule_del(C->rules[1]);
     C->rules[0] = C->rules[1] = -1;
     int64_t t_heal = now_us();
-    if (C->kind == 'B' || C->kind == 'O')
+    if (C->kind == 'B' || C->kind == 'O' || C->kind == 'P')
         freeReplyObject(ck_cmd(ck, "SET go:%ld 1", C->id));
     char rec[96]; /* (hiredis's format has no %c) */
     snprintf(rec, sizeof rec, "%c:%d:%lld:%lld", C->kind, C->kind == 'F' ? -1 : C->slot,
@@ -389,11 +419,20 @@ static void heal(chan_t *C, redisContext *ck)
     C->state = 0;
 }
 
+static const char *master_of(const chan_t *C)
+{
+    static char buf[32];
+    if (C->kind != 'P' && C->kind != 'p')
+        return "";
+    snprintf(buf, sizeof buf, " from master %d", C->master);
+    return buf;
+}
+
 static int tick(chan_t *C, redisContext *ck, uint64_t *rng, result_t *res, char *detail,
                 size_t len, int64_t now)
 {
     const scenario_t *sc = N.sc;
-    int k = sc->net == NET_BLACKHOLE ? F_NET_BLACKHOLE : sc->net == NET_ONEWAY ? F_NET_ONEWAY : F_NET_FLAP;
+    int k = fault_kind(sc);
     switch (C->state) {
     case 0: {
         if (now < C->next_at)
@@ -410,27 +449,29 @@ static int tick(chan_t *C, redisContext *ck, uint64_t *rng, result_t *res, char 
         do
             C->slot = (int)rnd_range(rng, 0, sc->procs - 1);
         while (other->state != 0 && other->slot == C->slot);
+        C->master = sc->net == NET_RL_PART ? (int)rnd_range(rng, 0, N.nports - 1) : 0;
+        char up = sc->net == NET_BLACKHOLE ? 'B' : sc->net == NET_RL_PART ? 'P' : 'O';
         if (rnd_range(rng, 0, 99) < 75) { /* a holder: ask it to wait inside its section */
-            C->kind = sc->net == NET_BLACKHOLE ? 'B' : 'O';
+            C->kind = up;
             C->id = ++N.id;
             freeReplyObject(ck_cmd(ck, "SET cmd:%d net:%ld", C->slot, C->id));
             C->state = 1;
             C->until = now + 5000000;
             return -1;
         }
-        C->kind = sc->net == NET_BLACKHOLE ? 'b' : 'o';
+        C->kind = (char)(up - 'A' + 'a');
         if (do_cut(C, rng, res) != 0)
             return -1;
-        snprintf(detail, len, " w%d (wherever it is), for %lld ms", C->slot,
-                 (long long)(C->until - C->t_cut) / 1000);
+        snprintf(detail, len, " w%d (wherever it is)%s, for %lld ms", C->slot,
+                 master_of(C), (long long)(C->until - C->t_cut) / 1000);
         return k;
     }
     case 1:
         if (ck_int(ck, "GET ready:%d", C->slot) == C->id) {
             if (do_cut(C, rng, res) != 0)
                 return -1;
-            snprintf(detail, len, " w%d inside its section, for %lld ms", C->slot,
-                     (long long)(C->until - C->t_cut) / 1000);
+            snprintf(detail, len, " w%d inside its section%s, for %lld ms", C->slot,
+                     master_of(C), (long long)(C->until - C->t_cut) / 1000);
             return k;
         }
         if (now > C->until) {
@@ -580,22 +621,32 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
                    (double)(s[best].t_acq - s[best].t_req) / 1e3,
                    contended ? " (behind another holder of the name: contention)" : "");
         }
-        /* the holds the cut caught: detection, takeover, on_lost before the takeover */
+        /* the holds the cut caught: detection, takeover, on_lost before the takeover. A hold
+         * cut from one Redlock master keeps its quorum if the two others granted it; if that
+         * master was one of only two that did (the third was busy), it has lost its quorum:
+         * then, and only then, it must be told (detect, takeover and late as for a black
+         * hole), and another worker may take it once the cut master's key has expired */
+        int part = kind == 'P' || kind == 'p';
         for (size_t i = 0; i < m; i++) {
             if (!(s[i].t_acq < tc && s[i].t_rel > tc) || (slot >= 0 && s[i].slot != slot))
                 continue;
+            if (part) {
+                r->cut_holders++;
+                r->part_lost += s[i].t_lost > 0 || s[i].rc == RS_ELOST;
+            }
             int64_t take = -1;
             for (size_t j = 0; j < m; j++)
                 if (s[j].slot != s[i].slot && strcmp(s[j].name, s[i].name) == 0 && s[j].t_acq > tc &&
                     (take < 0 || s[j].t_acq < take))
                     take = s[j].t_acq;
-            if (kind != 'F')
+            if (kind != 'F' && !part)
                 r->cut_holders++;
             if (s[i].t_lost > 0)
                 push(&r->detect, &r->ndetect, s[i].t_lost - tc);
-            if (take >= 0 && kind != 'F')
+            if (take >= 0 && kind != 'F' && (!part || s[i].t_lost > 0))
                 push(&r->ntake, &r->nntake, take - tc);
-            if (take >= 0 && kind != 'F' && take - tc > lease_us * 3 / 2) {
+            if (take >= 0 && kind != 'F' && (!part || s[i].t_lost > 0) &&
+                take - tc > lease_us * 3 / 2) {
                 /* (Redis gave the hold up a lease after the last renewal that reached it;
                  * later than that, say who took the name and which other cuts were on) */
                 size_t tk = 0;
@@ -623,7 +674,7 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
             /* still in its section a lease after the cut: its hold had expired before it
              * let go, so on_lost was due (a holder that called unlock earlier gave the hold
              * up itself: its unlock says RS_ECONN or RS_ELOST, and no on_lost is due) */
-            if (kind != 'F' && s[i].t_rel - tc > lease_us && s[i].t_lost == 0)
+            if (kind != 'F' && !part && s[i].t_rel - tc > lease_us && s[i].t_lost == 0)
                 viol(r, V_I6, "w%d was cut from Redis at %lld ms into its hold of %s, still held "
                      "it %lld ms later (longer than the lease) and on_lost never came "
                      "(unlock %d)", s[i].slot, (long long)(tc - s[i].t_acq) / 1000, s[i].name,
@@ -689,8 +740,15 @@ int net_report(const scenario_t *scen, int nscen, const result_t *res, const int
         if (r->false_lost || r->recover_slow)
             failed = 1;
     }
-    printf("(false lost: net-slow-lossy only, where Redis kept every hold: any RS_ELOST or "
-           "on_lost there is false; slow recov: a cut worker granted again later than lease + "
+    for (int k = 0; k < nscen; k++)
+        if (ran[k] && scen[k].net == NET_RL_PART)
+            printf("%s: %ld of %ld holders cut from one master lost their quorum and were told "
+                   "(on_lost, RS_ELOST); the others kept the lock through the cut\n",
+                   scen[k].name, res[k].part_lost, res[k].cut_holders);
+    printf("(false lost: the slow-lossy scenarios, where Redis (a quorum of masters) kept every "
+           "hold: any RS_ELOST or on_lost there is false; net-rl-part: holders cut from one master "
+           "of three, of which those whose quorum it broke (granted by it and one other) were "
+           "told, the others kept it: see the note below the table; slow recov: a cut worker granted again later than lease + "
            "timeout_ms after the heal although nobody else held that name meanwhile; either "
            "fails the run, as does a late on_lost, an I6 violation)\n");
     return failed;
