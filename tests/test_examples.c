@@ -107,3 +107,8 @@ Test(examples, latch, .fini = fini)
 {
     run_example("latch");
 }
+
+Test(examples, work_queue, .fini = fini)
+{
+    run_example("work_queue");
+}
