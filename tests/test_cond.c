@@ -12,7 +12,8 @@
  *                                 (seen by a PSUBSCRIBE on the client channels); each woken
  *                                 waiter holds the mutex with a token above the last
  *   timedwait_returns_holding     ETIMEDOUT (also for a deadline already past) returns
- *                                 holding the mutex with a new token, nothing left queued
+ *                                 holding the mutex with a new token, nothing left queued;
+ *                                 rs_inspect and rs_list see a waiting condition
  *   killed_waiter_no_swallow      a waiter killed with SIGKILL: once its entry's lease has
  *                                 run out, a signal skips it and wakes the live waiter
  *   close_cancels_wait            rs_client_close of the condition's client: ECANCELED, the
@@ -361,6 +362,13 @@ Test(cond, signal_wakes_one_broadcast_all)
     ts_server_stop(&s);
 }
 
+static int list_cond(const char *kind, const char *name, void *arg)
+{
+    if (strcmp(kind, "cond") == 0 && strcmp(name, "t") == 0)
+        ++*(int *)arg;
+    return 0;
+}
+
 Test(cond, timedwait_returns_holding)
 {
     ts_server_t s;
@@ -385,6 +393,14 @@ Test(cond, timedwait_returns_holding)
     pthread_t t;
     tu_thread_start(&t, waiter_main, &w);
     cr_assert(wait_zcard(&s, "rs:{t}:cond", 1, 10000));
+    /* inspection sees the waiter, and the listing the condition */
+    rs_info_t in;
+    cr_assert_eq(rs_inspect(c, "cond", "t", &in), 0, "%s", rs_client_lasterror(c));
+    cr_expect(in.exists && in.waiters == 1 && in.nholders == 0, "exists %d waiters %u",
+              in.exists, in.waiters);
+    int listed = 0;
+    cr_assert_eq(rs_list(c, "*", list_cond, &listed), 0);
+    cr_expect_eq(listed, 1, "rs_list did not name cond \"t\"");
     cr_assert_eq(rs_cond_signal(cv), 0);
     atomic_store(&w.go, 1);
     cr_assert(tu_thread_join(t, &w.done, 20000));

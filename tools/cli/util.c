@@ -140,7 +140,7 @@ struct timespec deadline_after(double seconds)
     return ts;
 }
 
-const char *const kinds[] = {"mutex", "rmutex", "rwlock", "sem", "latch", "once"};
+const char *const kinds[] = {"mutex", "rmutex", "rwlock", "sem", "latch", "once", "cond"};
 
 int known_kind(const char *k)
 {
