@@ -48,6 +48,7 @@ TestSuite(cond, .timeout = 120);
 #define CONSUMERS 3
 
 typedef struct shared {
+    ts_server_t srv;     /* the test's server, for the children */
     /* the one-slot buffer, guarded by the distributed mutex */
     int full;
     int item;
@@ -97,8 +98,7 @@ static void leave_m(shared_t *sh, rs_mutex_t *m)
 static int producer(void *arg)
 {
     shared_t *sh = arg;
-    rs_client_t *c = tu_open_client_ex((const ts_server_t *)((char *)sh + sizeof *sh), 2000, 0,
-                                       NULL);
+    rs_client_t *c = tu_open_client_ex(&sh->srv, 2000, 0, NULL);
     rs_mutex_t *m = NULL;
     rs_cond_t *not_full = NULL, *not_empty = NULL;
     if (!c || rs_mutex_init(&m, c, "buf") || rs_cond_init(&not_full, c, "notfull") ||
@@ -130,8 +130,7 @@ static int producer(void *arg)
 static int consumer(void *arg)
 {
     shared_t *sh = arg;
-    rs_client_t *c = tu_open_client_ex((const ts_server_t *)((char *)sh + sizeof *sh), 2000, 0,
-                                       NULL);
+    rs_client_t *c = tu_open_client_ex(&sh->srv, 2000, 0, NULL);
     rs_mutex_t *m = NULL;
     rs_cond_t *not_full = NULL, *not_empty = NULL;
     if (!c || rs_mutex_init(&m, c, "buf") || rs_cond_init(&not_full, c, "notfull") ||
@@ -164,13 +163,11 @@ static int consumer(void *arg)
 
 Test(cond, no_lost_wakeup_across_processes, .fini = tu_kill_kids)
 {
-    /* the shared block carries the server after it, for the children */
-    char *mem = mmap(NULL, sizeof(shared_t) + sizeof(ts_server_t), PROT_READ | PROT_WRITE,
-                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    cr_assert_neq(mem, MAP_FAILED);
-    memset(mem, 0, sizeof(shared_t) + sizeof(ts_server_t));
-    shared_t *sh = (shared_t *)mem;
-    ts_server_t *s = (ts_server_t *)(mem + sizeof *sh);
+    shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                        -1, 0);
+    cr_assert_neq(sh, MAP_FAILED);
+    memset(sh, 0, sizeof *sh);
+    ts_server_t *s = &sh->srv;
     tu_start_server(s);
     pid_t kids[CONSUMERS + 1];
     for (int i = 0; i < CONSUMERS; i++)
@@ -195,7 +192,7 @@ Test(cond, no_lost_wakeup_across_processes, .fini = tu_kill_kids)
     cr_expect_eq(ts_cmd_int(s, "EXISTS rs:{notempty}:cond rs:{notfull}:cond"), 0,
                  "entries left queued");
     ts_server_stop(s);
-    munmap(mem, sizeof(shared_t) + sizeof(ts_server_t));
+    munmap(sh, sizeof *sh);
 }
 
 /* ----- waiter threads ------------------------------------------------------------------- */

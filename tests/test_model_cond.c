@@ -232,6 +232,8 @@ static tm_world_t *start(const ts_server_t *s)
     model_t *m = calloc(1, sizeof *m);
     cr_assert_not_null(m);
     tm_world_init(&m->w, s, &rs_script_cond, "cond", suffixes, 2);
+    if (sub)
+        redisFree(sub); /* the previous seed's */
     sub = ts_connect(s);
     cr_assert_not_null(sub);
     redisReply *r = redisCommand(sub, "PSUBSCRIBE rs:client:*");
