@@ -83,7 +83,7 @@ void print_help(FILE *f)
 "      --kill-on-lost     send SIGTERM to COMMAND as soon as the hold is lost, SIGKILL\n"
 "                         --kill-after SECONDS later (default 10) if it still runs\n"
 "  -n, --permits N        sem: size of the semaphore when it is created\n"
-"  -k, --kind KIND        mutex, rmutex, rwlock, sem, latch or once\n"
+"  -k, --kind KIND        mutex, rmutex, rwlock, sem, latch, once or cond\n"
 "  -v, --verbose          say how long the wait took and what runs; show the library's log\n"
 "  -h, --help             show this help and exit\n"
 "  -V, --version          show the version and exit\n"
