@@ -329,7 +329,8 @@ RS_API int rs_multilock_destroy(rs_multilock_t *ml);
  * In every case rs_mutex_fence(m) != 0 tells whether the thread holds m. Timed waits never
  * give up re-acquiring m at the deadline (as pthread_cond_timedwait). Errors also: EINVAL
  * (NULL cv or m, NULL or bad abstime), ENOTSUP under redlock://, RS_EFORK. destroy is EBUSY
- * while a thread of this process waits through the handle. Thread-safe.
+ * while a thread of this process waits through the handle, and so is rs_mutex_destroy of the
+ * m a thread waits with (it re-acquires m through that handle). Thread-safe.
  * ------------------------------------------------------------------------------------- */
 typedef struct rs_cond rs_cond_t;
 RS_API int rs_cond_init(rs_cond_t **cv, rs_client_t *c, const char *name);

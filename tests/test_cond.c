@@ -19,7 +19,8 @@
  *   close_cancels_wait            rs_client_close of the condition's client: ECANCELED, the
  *                                 mutex (of another client) re-acquired
  *   errors                        EINVAL (NULLs, deadlines, an rmutex cast to rs_mutex_t),
- *                                 EPERM, RS_ELOST (nothing waited), EBUSY, WRONGTYPE
+ *                                 EPERM, RS_ELOST (nothing waited), EBUSY (the condition's
+ *                                 and the mutex's destroy while waited with), WRONGTYPE
  *                                 (RS_ESERVER, the mutex still held)
  *   redis_unreachable             the server stopped: RS_ECONN, the mutex still held, and
  *                                 no entry outlives its lease
@@ -524,6 +525,7 @@ Test(cond, errors)
     tu_thread_start(&t, waiter_main, &w);
     cr_assert(wait_zcard(&s, "rs:{e}:cond", 1, 10000));
     cr_expect_eq(rs_cond_destroy(cv), EBUSY);
+    cr_expect_eq(rs_mutex_destroy(m), EBUSY, "the mutex a thread waits with was destroyed");
     cr_assert_eq(rs_cond_signal(cv), 0);
     atomic_store(&w.go, 1);
     cr_assert(tu_thread_join(t, &w.done, 20000));

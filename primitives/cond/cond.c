@@ -193,6 +193,7 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
         return rc;
     }
     atomic_fetch_add(&cv->h.inside, 1);
+    atomic_fetch_add(&mh->inside, 1); /* m's handle too: it is used again to re-acquire m */
 
     /* 1 and 2: registered, then queued (m still held: any failure leaves it so) */
     rs_call_t k;
@@ -225,6 +226,7 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
             rs__notify_shard_end(c, &w);
             rs__notify_end(c, &w);
         }
+        atomic_fetch_sub(&mh->inside, 1);
         atomic_fetch_sub(&cv->h.inside, 1);
         rs__leave(c);
         return rc;
@@ -263,6 +265,7 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
         else if (wrc)
             rs__fail(c, wrc, "%s", why);
     }
+    atomic_fetch_sub(&mh->inside, 1);
     atomic_fetch_sub(&cv->h.inside, 1);
     rs__leave(c);
     return wrc;
