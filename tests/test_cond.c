@@ -24,6 +24,10 @@
  *                                 (RS_ESERVER, the mutex still held)
  *   redis_unreachable             the server stopped: RS_ECONN, the mutex still held, and
  *                                 no entry outlives its lease
+ *   cluster_other_masters         a 3-master Cluster (sharded wake-ups): the condition and
+ *                                 the mutex on different masters; signal wakes one waiter
+ *                                 of another client, broadcast two waiters of one client,
+ *                                 timedwait times out holding the mutex
  */
 #include <criterion/criterion.h>
 
@@ -36,6 +40,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cluster.h"
+#include "internal.h" /* rs__cluster_sharded: the tests link the static library */
 #include "redis_server.h"
 #include "redisync.h"
 #include "test_assert.h"
@@ -588,4 +594,85 @@ Test(cond, redis_unreachable)
     rs_mutex_destroy(m);
     rs_client_close(c);
     ts_server_stop(&s);
+}
+
+/* The condition's and the mutex's names on different masters of a 3-master Cluster, whose
+ * clients take sharded wake-ups (Redis 7.0): no script touches both, every wake-up comes. */
+Test(cond, cluster_other_masters)
+{
+    ts_server_t nodes[3];
+    cr_assert_eq(ts_cluster_start(nodes, 3), 0);
+    char prefix[32], url[160];
+    ts_unique_prefix(prefix, sizeof prefix);
+    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
+             nodes[0].port);
+    /* a mutex name on another master than the condition "cc" */
+    char key[96], mname[16] = "";
+    snprintf(key, sizeof key, "%s:{cc}:cond", prefix);
+    int cown = ts_cluster_owner(nodes, 3, (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key));
+    for (int i = 0; i < 64 && !mname[0]; i++) {
+        snprintf(key, sizeof key, "%s:{m%d}:mutex", prefix, i);
+        int own = ts_cluster_owner(nodes, 3, (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key));
+        if (own >= 0 && own != cown)
+            snprintf(mname, sizeof mname, "m%d", i);
+    }
+    cr_assert(cown >= 0 && mname[0], "names on two masters");
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = url;
+    cfg.prefix = prefix;
+    cfg.lease_ms = 2000;
+    cfg.timeout_ms = 3000;
+    rs_client_t *c1 = NULL, *c2 = NULL;
+    cr_assert_eq(rs_client_open(&c1, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    cr_assert_eq(rs_client_open(&c2, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    cr_expect_eq(rs__cluster_sharded(c1), 1, "sharded wake-ups expected on Redis 7");
+    rs_cond_t *cv1 = cond_of(c1, "cc"), *cv2 = cond_of(c2, "cc");
+    rs_mutex_t *m1 = mutex_of(c1, mname), *m2 = mutex_of(c2, mname);
+    /* signal: one waiter of c2, woken by c1 */
+    waiter_t w[3];
+    pthread_t t[3];
+    memset(w, 0, sizeof w);
+    w[0].cv = cv2, w[0].m = m2;
+    tu_thread_start(&t[0], waiter_main, &w[0]);
+    snprintf(key, sizeof key, "%s:{cc}:cond", prefix);
+    long long end = tu_mono_ms() + 10000;
+    while (ts_cmd_int(&nodes[cown], "ZCARD %s", key) != 1 && tu_mono_ms() < end)
+        tu_sleep_ms(10);
+    cr_assert_eq(rs_cond_signal(cv1), 0, "%s", rs_client_lasterror(c1));
+    atomic_store(&w[0].go, 1);
+    cr_assert(tu_thread_join(t[0], &w[0].done, 20000), "the signal did not wake the waiter");
+    cr_expect_eq(w[0].rc, 0);
+    cr_expect_eq(w[0].unlock_rc, 0);
+    cr_expect_gt(w[0].after, w[0].before);
+    /* broadcast: two waiters of c2 */
+    memset(w, 0, sizeof w);
+    for (int i = 1; i < 3; i++) {
+        w[i].cv = cv2, w[i].m = m2;
+        tu_thread_start(&t[i], waiter_main, &w[i]);
+    }
+    end = tu_mono_ms() + 10000;
+    while (ts_cmd_int(&nodes[cown], "ZCARD %s", key) != 2 && tu_mono_ms() < end)
+        tu_sleep_ms(10);
+    cr_assert_eq(rs_cond_broadcast(cv1), 0, "%s", rs_client_lasterror(c1));
+    for (int i = 1; i < 3; i++) /* both may go: the one holding the mutex lets the other in */
+        atomic_store(&w[i].go, 1);
+    for (int i = 1; i < 3; i++) {
+        cr_assert(tu_thread_join(t[i], &w[i].done, 20000), "broadcast did not wake waiter %d", i);
+        cr_expect_eq(w[i].rc, 0);
+        cr_expect_eq(w[i].unlock_rc, 0);
+    }
+    /* timedwait: ETIMEDOUT holding the mutex */
+    cr_assert_eq(rs_mutex_lock(m1), 0);
+    struct timespec dl = tu_abs_in(200);
+    cr_expect_eq(rs_cond_timedwait(cv1, m1, &dl), ETIMEDOUT);
+    cr_expect_neq(rs_mutex_fence(m1), 0);
+    cr_expect_eq(rs_mutex_unlock(m1), 0);
+    rs_cond_destroy(cv1);
+    rs_cond_destroy(cv2);
+    rs_mutex_destroy(m1);
+    rs_mutex_destroy(m2);
+    rs_client_close(c1);
+    rs_client_close(c2);
+    ts_cluster_stop(nodes, 3);
 }
