@@ -301,6 +301,52 @@ RS_API int rs_multilock_unlock(rs_multilock_t *ml);
 RS_API int rs_multilock_destroy(rs_multilock_t *ml);
 
 /* ---------------------------------------------------------------------------------------
+ * Condition variable, across processes (pthread_cond_t). wait puts the caller in the
+ * condition's FIFO queue first (a leased entry the watchdog renews), then releases m, then
+ * sleeps without polling: a signal or broadcast sent any time after the release finds it, so
+ * no wake-up is lost. signal wakes the longest-waiting live waiter (one targeted message),
+ * broadcast every waiter queued at the call (one message per waiting client); a crashed
+ * waiter's entry stops absorbing signals once its lease (the client's lease_ms) has run out.
+ * A woken waiter re-acquires m through the mutex's own queue (it does not jump ahead of the
+ * mutex's waiters), with a new hold and a new fencing token (rs_mutex_fence). Re-check the
+ * predicate in a loop: spurious wake-ups are allowed, as in POSIX (a signal whose reply was
+ * lost and that was re-sent may wake two waiters; a waiter whose entry's lease ran out while
+ * Redis was away wakes). signal and broadcast need not hold m. The condition may be used
+ * with mutexes of any name, of its own client or of another client (and server): nothing
+ * ties the two in Redis, and no script touches both (they may live on different Cluster
+ * slots). m must be an rs_mutex_t: recursive mutexes (rs_rmutex_t) are not supported (POSIX
+ * leaves them undefined with condition variables; a handle of another kind cast to
+ * rs_mutex_t * is EINVAL).
+ *
+ * What the caller holds when wait/timedwait returns:
+ *   0, ETIMEDOUT  m, re-acquired (a new hold; a timedwait whose deadline passed as a signal
+ *                 took its entry returns 0: the wake-up is not lost);
+ *   ECANCELED     (rs_client_close of the condition's client; a signal that already reached
+ *                 the waiter returns 0 instead) m re-acquired when m's client is still open,
+ *                 nothing when m's client is the one closing;
+ *   errors before the wait began (EINVAL, EPERM: m not held by this thread; RS_ELOST: m's
+ *                 hold had been lost, nothing waited, its record left for rs_mutex_unlock;
+ *                 RS_ECONN, RS_ESERVER (WRONGTYPE on a foreign key), RS_EQUEUE, ENOMEM
+ *                 while queueing) m exactly as before the call, nothing queued beyond the
+ *                 entry's lease;
+ *   RS_ELOST found by the release of m: the wait withdraws and m is re-acquired, as below;
+ *   other errors after m was released: m is re-acquired if Redis allows; if that fails, its
+ *                 error is returned and m is not held.
+ * In every case rs_mutex_fence(m) != 0 tells whether the thread holds m. Timed waits never
+ * give up re-acquiring m at the deadline (as pthread_cond_timedwait). Errors also: EINVAL
+ * (NULL cv or m, NULL or bad abstime), ENOTSUP under redlock://, RS_EFORK. destroy is EBUSY
+ * while a thread of this process waits through the handle, and so is rs_mutex_destroy of the
+ * m a thread waits with (it re-acquires m through that handle). Thread-safe.
+ * ------------------------------------------------------------------------------------- */
+typedef struct rs_cond rs_cond_t;
+RS_API int rs_cond_init(rs_cond_t **cv, rs_client_t *c, const char *name);
+RS_API int rs_cond_wait(rs_cond_t *cv, rs_mutex_t *m);     /* m: held by this thread */
+RS_API int rs_cond_timedwait(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime);
+RS_API int rs_cond_signal(rs_cond_t *cv);    /* wakes the longest-waiting live waiter, if any */
+RS_API int rs_cond_broadcast(rs_cond_t *cv); /* wakes every waiter queued at the call */
+RS_API int rs_cond_destroy(rs_cond_t *cv);
+
+/* ---------------------------------------------------------------------------------------
  * Barrier (cyclic), across processes: wait returns when parties callers have arrived, one
  * of them (the one that completed the generation) with RS_BARRIER_SERIAL, the others with
  * 0; the barrier is then ready for the next generation at once. timedwait that runs out

@@ -261,6 +261,10 @@ int rs__eval(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *a
  * Redis ran it (the retries before it, TRYAGAIN, LOADING, a reconnect, came earlier). */
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                      redisReply **out, long long *acked, uint64_t *sent_ns);
+/* How many script calls this thread has sent (each send of rs__eval_confirm counts, its
+ * retries too): a caller that compares the count around one call learns whether it was
+ * re-sent, i.e. whether a lost reply may have let the script run twice. */
+unsigned rs__eval_sends(void);
 /* Builds the argv of EVALSHA sha nkeys args... into out (references only). */
 void rs__evalsha_argv(const rs_script_t *s, int nkeys, const rs_argv_t *args, rs_argv_t *out);
 /* SCRIPT LOAD s on ctx. 0, RS_ECONN or RS_ESERVER. */

@@ -25,6 +25,9 @@
  * of the names they wait on (notify_shard.c, above this file): their messages come to
  * rs__notify_dispatch like those of the client channel.
  *
+ * A condition's broadcast publishes one message per client, "* ID1 ID2 ...": every local
+ * waiter it names (whole ids only) is woken.
+ *
  * Events that concern everyone (a latch opening) go to a channel of their own: a waiter
  * watches it (rs__notify_watch: subscribed on demand, reference-counted, re-subscribed after
  * a reconnect) and registers with that channel as its topic; one message wakes every local
@@ -123,8 +126,34 @@ static void write_raw(rs_client_t *c, const char *cmd, const char *channel)
             write_link(c->nt.link[i].ctx, cmd, channel);
 }
 
+/* A message "* ID1 ID2 ..." (a condition's broadcast: one message per client, naming all
+ * its waiters): each named waiter, matched by its whole id, is woken with msg "b". */
+static void dispatch_list(rs_client_t *c, const char *p, size_t len)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    while (len > 0) {
+        while (len > 0 && *p == ' ')
+            p++, len--;
+        const char *sp = memchr(p, ' ', len);
+        size_t idlen = sp ? (size_t)(sp - p) : len;
+        if (idlen > 0 && idlen < RS_ACQID_MAX)
+            for (rs_waiter_t *w = c->nt.head; w; w = w->next)
+                if (strlen(w->id) == idlen && memcmp(w->id, p, idlen) == 0) {
+                    snprintf(w->msg, sizeof w->msg, "b");
+                    rs__notify_poke_locked(w, RS_WAKE_MSG);
+                    break;
+                }
+        p += idlen, len -= idlen;
+    }
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
 void rs__notify_dispatch(rs_client_t *c, const char *payload, size_t len)
 {
+    if (len >= 2 && payload[0] == '*' && payload[1] == ' ') {
+        dispatch_list(c, payload + 2, len - 2);
+        return;
+    }
     const char *sp = memchr(payload, ' ', len);
     size_t idlen = sp ? (size_t)(sp - payload) : len;
     if (idlen == 0 || idlen >= RS_ACQID_MAX)

@@ -126,6 +126,13 @@ int rs__eval(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *a
     return rs__eval_confirm(c, s, nkeys, args, out, NULL, NULL);
 }
 
+static _Thread_local unsigned eval_sends;
+
+unsigned rs__eval_sends(void)
+{
+    return eval_sends;
+}
+
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                      redisReply **out, long long *acked, uint64_t *sent_ns)
 {
@@ -172,6 +179,7 @@ int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
         redisReply *r;
         int moved_to, ask = 0;
         uint64_t sent = rs__now_ns();
+        eval_sends++;
         if (run_on(c, k->ctx, &av, asking, confirm, &r, acked) != 0) {
             snprintf(why, sizeof why, "%s", k->ctx->errstr[0] ? k->ctx->errstr : "connection lost");
             rs__conn_put(c, k, 1);

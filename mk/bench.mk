@@ -20,6 +20,11 @@
 #                     handle and per client (mallinfo2), and heap and RSS over 1,000,000
 #                     lock/unlock cycles (bench/memory/memory.c); MEMORY_ARGS='CYCLES THREADS'
 #
+#   make bench        also runs build/redisync-bench-cond (or alone: make bench-cond): the
+#                     condition variable's signal -> woken waiter holding the mutex, next to
+#                     the mutex's handoff and one round trip in the same run, with issue 14's
+#                     target as PASS/MISS (bench/cond/cond.c); COND_ARGS='ROUNDS'
+#
 #   make bench        also runs build/redisync-bench-tls (or alone: make bench-tls): PING and
 #                     uncontended lock+unlock over plain and TLS, a new TLS connection with a
 #                     full handshake against a resumed session, a bare OpenSSL client sending
@@ -49,7 +54,7 @@ STORM_ARGS ?=
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
 .PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls \
-        bench-cluster
+        bench-cluster bench-cond
 
 # The one-program benchmarks: bench/DIR/DIR.c builds BIN, which make bench-DIR runs with
 # $(ARGSVAR) (default DEFAULT). $(call small_bench,DIR,BIN,ARGSVAR,DEFAULT)
@@ -70,9 +75,10 @@ $(eval $(call small_bench,memory,$(BUILDDIR)/redisync-memory,MEMORY_ARGS,1000000
 $(eval $(call small_bench,redlock,$(BUILDDIR)/redisync-redlock,REDLOCK_ARGS,4 2 8 32))
 $(eval $(call small_bench,cluster,$(BUILDDIR)/redisync-bench-cluster,CLUSTER_ARGS,3 8))
 $(eval $(call small_bench,tls,$(BUILDDIR)/redisync-bench-tls,TLSB_ARGS,4000))
+$(eval $(call small_bench,cond,$(BUILDDIR)/redisync-bench-cond,COND_ARGS,300))
 
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
-bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster
+bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster bench-cond
 
 bench-contention: | deps
 	@sh bench/deps.sh
@@ -95,4 +101,5 @@ $(STORM_BIN): $(STORM_OBJS) $(SUPPORT_OBJS) $(LIB_A)
 	@mkdir -p $(@D)
 	$(LINK_PROG) -o $@ $(STORM_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
 
--include $(STORM_OBJS:.o=.d) $(HOLDS_OBJS:.o=.d) $(MEMORY_OBJS:.o=.d) $(TLSB_OBJS:.o=.d)
+-include $(STORM_OBJS:.o=.d) $(HOLDS_OBJS:.o=.d) $(MEMORY_OBJS:.o=.d) $(TLSB_OBJS:.o=.d) \
+         $(wildcard $(OBJ)/bench/cond/*.d)

@@ -19,11 +19,11 @@
 #include "internal.h"
 
 extern const rs_kind_t rs_kind_mutex, rs_kind_rmutex, rs_kind_rwlock, rs_kind_sem, rs_kind_latch,
-    rs_kind_once, rs_kind_barrier;
+    rs_kind_once, rs_kind_barrier, rs_kind_cond;
 
 static const rs_kind_t *const kinds[] = {&rs_kind_mutex, &rs_kind_rmutex, &rs_kind_rwlock,
                                          &rs_kind_sem, &rs_kind_latch, &rs_kind_once,
-                                         &rs_kind_barrier};
+                                         &rs_kind_barrier, &rs_kind_cond};
 
 static const rs_kind_t *kind_find(rs_client_t *c, const char *kind)
 {
@@ -34,7 +34,7 @@ static const rs_kind_t *kind_find(rs_client_t *c, const char *kind)
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strcmp(kinds[i]->name, kind) == 0)
             return kinds[i];
-    rs__fail(c, EINVAL, "unknown kind \"%.32s\" (mutex, rmutex, rwlock, sem, latch, once or barrier)", kind);
+    rs__fail(c, EINVAL, "unknown kind \"%.32s\" (mutex, rmutex, rwlock, sem, latch, once, barrier or cond)", kind);
     return NULL;
 }
 

@@ -112,3 +112,8 @@ Test(examples, migrate_once, .fini = fini)
 {
     run_example("migrate_once");
 }
+
+Test(examples, work_queue, .fini = fini)
+{
+    run_example("work_queue");
+}

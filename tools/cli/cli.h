@@ -63,7 +63,7 @@ int parse_seconds(const char *s, double *out);
 int parse_uint(const char *s, unsigned long max, unsigned long *out);
 struct timespec deadline_after(double seconds);
 /* the kinds -k takes, in the order info and list show them */
-#define NKINDS 7
+#define NKINDS 8
 extern const char *const kinds[NKINDS];
 int known_kind(const char *k);
 void log_cb(int level, const char *text, void *arg);

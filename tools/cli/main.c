@@ -399,7 +399,7 @@ static int main_other(const char *sub, int argc, char **argv, opts_t *o)
                 return usage_error("%s: -k is not an option here", sub);
             if (!known_kind(optarg))
                 return usage_error("-k: unknown kind '%s' (mutex, rmutex, rwlock, sem, latch, once, "
-                                   "barrier)",
+                                   "barrier, cond)",
                                    optarg);
             o->kind = optarg;
             break;

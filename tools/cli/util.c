@@ -91,7 +91,7 @@ void print_help(FILE *f)
 "                         --kill-after SECONDS later (default 10) if it still runs\n"
 "  -n, --permits N        sem: size of the semaphore when it is created\n"
 "  -n, --parties N        barrier: how many runs each generation waits for\n"
-"  -k, --kind KIND        mutex, rmutex, rwlock, sem, latch, once or barrier\n"
+"  -k, --kind KIND        mutex, rmutex, rwlock, sem, latch, once, barrier or cond\n"
 "  -v, --verbose          say how long the wait took and what runs; show the library's log\n"
 "  -h, --help             show this help and exit\n"
 "  -V, --version          show the version and exit\n"
@@ -150,7 +150,7 @@ struct timespec deadline_after(double seconds)
 }
 
 const char *const kinds[] = {"mutex", "rmutex", "rwlock", "sem", "latch", "once",
-                                  "barrier"};
+                                  "barrier", "cond"};
 
 int known_kind(const char *k)
 {
