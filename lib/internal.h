@@ -49,6 +49,8 @@ void rs__log(rs_client_t *c, int level, const char *fmt, ...) __attribute__((for
 /* Checks a primitive name: non-NULL, 1..RS_NAME_MAX bytes. */
 int rs__check_name(rs_client_t *c, const char *name, size_t *len);
 void rs__sleep_ns(uint64_t ns);
+/* pthread_cond_timedwait until until_ns (rs__now_ns's clock: cv made with CLOCK_MONOTONIC). */
+void rs__cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t until_ns);
 
 /* A small argument vector for one command; strings are copied into an inline arena. */
 #define RS_ARGV_MAX 24

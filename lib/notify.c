@@ -245,8 +245,7 @@ static void *notify_main(void *arg)
             c->nt.failed = 1;
             pthread_cond_broadcast(&c->nt.cv);
             uint64_t until = rs__now_ns() + backoff_ms * RS_NS_PER_MS;
-            struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-            pthread_cond_timedwait(&c->nt.cv, &c->nt.mu, &ts);
+            rs__cv_wait_until(&c->nt.cv, &c->nt.mu, until);
             if (backoff_ms < 200)
                 backoff_ms *= 2;
             continue;
@@ -360,8 +359,7 @@ int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char 
             return rs__fail(c, RS_ECONN, "cannot subscribe to wake-ups within %ld ms",
                             c->timeout_ms);
         }
-        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-        pthread_cond_timedwait(&c->nt.cv, &c->nt.mu, &ts);
+        rs__cv_wait_until(&c->nt.cv, &c->nt.mu, until);
     }
     if (c->nt.stop || atomic_load(&c->closing)) {
         pthread_mutex_unlock(&c->nt.mu);
@@ -396,9 +394,7 @@ int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns)
                 w->wake = RS_WAKE_TIMEOUT;
                 break;
             }
-            struct timespec ts = {(time_t)(until_ns / 1000000000ull),
-                                  (long)(until_ns % 1000000000ull)};
-            pthread_cond_timedwait(&w->cv, &c->nt.mu, &ts);
+            rs__cv_wait_until(&w->cv, &c->nt.mu, until_ns);
         }
     }
     int wake = w->wake;
@@ -503,8 +499,7 @@ int rs__notify_watch(rs_client_t *c, const char *channel)
                           c->timeout_ms);
             break;
         }
-        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-        pthread_cond_timedwait(&c->nt.cv, &c->nt.mu, &ts);
+        rs__cv_wait_until(&c->nt.cv, &c->nt.mu, until);
     }
     if (rc == 0 && !w->confirmed)
         rc = rs__fail(c, ECANCELED, "the client is closing");

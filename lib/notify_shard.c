@@ -255,8 +255,7 @@ static void *shard_main(void *arg)
             rehome_from(c, lk->node);
             pthread_mutex_lock(&c->nt.mu);
             uint64_t until = rs__now_ns() + backoff_ms * RS_NS_PER_MS;
-            struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-            pthread_cond_timedwait(&c->nt.cv, &c->nt.mu, &ts);
+            rs__cv_wait_until(&c->nt.cv, &c->nt.mu, until);
             if (backoff_ms < 200)
                 backoff_ms *= 2;
             continue;
@@ -400,8 +399,7 @@ int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size
                           c->timeout_ms);
             break;
         }
-        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-        pthread_cond_timedwait(&c->nt.cv, &c->nt.mu, &ts);
+        rs__cv_wait_until(&c->nt.cv, &c->nt.mu, until);
     }
     if (rc == 0 && fresh && !s->confirmed)
         rc = rs__fail(c, ECANCELED, "the client is closing");

@@ -273,8 +273,7 @@ static void *watch_main(void *arg)
         if (c->sw.stop)
             break;
         uint64_t until = rs__now_ns() + (uint64_t)backoff_ms * RS_NS_PER_MS;
-        struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
-        pthread_cond_timedwait(&c->sw.cv, &c->sw.mu, &ts);
+        rs__cv_wait_until(&c->sw.cv, &c->sw.mu, until);
         if (backoff_ms < 1000)
             backoff_ms *= 2;
     }

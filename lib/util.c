@@ -36,6 +36,12 @@ uint64_t rs__now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+void rs__cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t until_ns)
+{
+    struct timespec ts = {(time_t)(until_ns / 1000000000ull), (long)(until_ns % 1000000000ull)};
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 void rs__sleep_ns(uint64_t ns)
 {
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};

@@ -696,8 +696,7 @@ static void *watchdog_main(void *arg)
         if (wake == RS_NO_DEADLINE) {
             pthread_cond_wait(&c->wd.cv, &c->wd.mu);
         } else {
-            struct timespec ts = {(time_t)(wake / 1000000000ull), (long)(wake % 1000000000ull)};
-            pthread_cond_timedwait(&c->wd.cv, &c->wd.mu, &ts);
+            rs__cv_wait_until(&c->wd.cv, &c->wd.mu, wake);
         }
         c->wd.wake_ns = 0;
     }

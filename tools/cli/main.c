@@ -141,6 +141,33 @@ static int common_opt(int ch, opts_t *o)
     return 0;
 }
 
+/* -w SECONDS, --nonblock and -E CODE, the same wherever they are options: 1 if ch is one
+ * of them (*rc then 0, or the usage error's status), else 0. */
+static int wait_opt(int ch, opts_t *o, int *rc)
+{
+    unsigned long v;
+    *rc = 0;
+    switch (ch) {
+    case 'w':
+        if (parse_seconds(optarg, &o->wait_s) != 0)
+            *rc = usage_error("-w: not a number of seconds: '%s'", optarg);
+        else
+            o->have_wait = 1;
+        return 1;
+    case OPT_NONBLOCK:
+        o->wait_s = 0;
+        o->have_wait = 1;
+        return 1;
+    case 'E':
+        if (parse_uint(optarg, 255, &v) != 0)
+            *rc = usage_error("-E: not an exit status (0-255): '%s'", optarg);
+        else
+            o->conflict_code = (int)v;
+        return 1;
+    }
+    return 0;
+}
+
 /* getopt_long returned '?' or ':' (opterr is 0: the messages are ours). */
 static int bad_option(const char *sub, char **argv, int ch)
 {
@@ -215,27 +242,18 @@ static int main_holding(const char *sub, int argc, char **argv, opts_t *o)
             continue;
         if ((r = flock_refused(sub, ch)) != 0)
             return r;
+        if (wait_opt(ch, o, &r)) {
+            if (r)
+                return r;
+            continue;
+        }
         unsigned long v;
         switch (ch) {
-        case 'w':
-            if (parse_seconds(optarg, &o->wait_s) != 0)
-                return usage_error("-w: not a number of seconds: '%s'", optarg);
-            o->have_wait = 1;
-            break;
-        case OPT_NONBLOCK:
-            o->wait_s = 0;
-            o->have_wait = 1;
-            break;
         case 'l':
             if (parse_seconds(optarg, &o->lease_s) != 0 || o->lease_s < 0.03 ||
                 o->lease_s > 86400)
                 return usage_error("-l: the lease must be 0.03 to 86400 seconds: '%s'", optarg);
             o->have_lease = 1;
-            break;
-        case 'E':
-            if (parse_uint(optarg, 255, &v) != 0)
-                return usage_error("-E: not an exit status (0-255): '%s'", optarg);
-            o->conflict_code = (int)v;
             break;
         case OPT_KILL_ON_LOST:
             o->kill_on_lost = 1;
@@ -326,22 +344,13 @@ static int main_barrier(int argc, char **argv, opts_t *o)
         int r = common_opt(ch, o);
         if (r)
             continue;
+        if (wait_opt(ch, o, &r)) {
+            if (r)
+                return r;
+            continue;
+        }
         unsigned long v;
         switch (ch) {
-        case 'w':
-            if (parse_seconds(optarg, &o->wait_s) != 0)
-                return usage_error("-w: not a number of seconds: '%s'", optarg);
-            o->have_wait = 1;
-            break;
-        case OPT_NONBLOCK:
-            o->wait_s = 0;
-            o->have_wait = 1;
-            break;
-        case 'E':
-            if (parse_uint(optarg, 255, &v) != 0)
-                return usage_error("-E: not an exit status (0-255): '%s'", optarg);
-            o->conflict_code = (int)v;
-            break;
         case 'n':
             if (parse_uint(optarg, INT_MAX, &v) != 0 || v == 0)
                 return usage_error("-n: not a number of parties (1 or more): '%s'", optarg);
@@ -381,18 +390,12 @@ static int main_other(const char *sub, int argc, char **argv, opts_t *o)
         int new_action = 0;
         switch (ch) {
         case 'w':
-            if (!is_latch)
-                return usage_error("%s: -w is not an option here", sub);
-            if (parse_seconds(optarg, &o->wait_s) != 0)
-                return usage_error("-w: not a number of seconds: '%s'", optarg);
-            o->have_wait = 1;
-            break;
         case 'E':
             if (!is_latch)
-                return usage_error("%s: -E is not an option here", sub);
-            if (parse_uint(optarg, 255, &v) != 0)
-                return usage_error("-E: not an exit status (0-255): '%s'", optarg);
-            o->conflict_code = (int)v;
+                return usage_error("%s: -%c is not an option here", sub, ch);
+            wait_opt(ch, o, &r);
+            if (r)
+                return r;
             break;
         case 'k':
             if (is_latch || is_list)
