@@ -102,15 +102,39 @@ static void leave_m(shared_t *sh, rs_mutex_t *m)
     rs_mutex_unlock(m);
 }
 
+/* The buffer's mutex and its two conditions, on a client of a worker's own. */
+typedef struct {
+    rs_client_t *c;
+    rs_mutex_t *m;
+    rs_cond_t *not_full, *not_empty;
+} queue_t;
+
+static int queue_open(shared_t *sh, queue_t *q)
+{
+    memset(q, 0, sizeof *q);
+    q->c = tu_open_client_ex(&sh->srv, 2000, 0, NULL);
+    return !q->c || rs_mutex_init(&q->m, q->c, "buf") ||
+           rs_cond_init(&q->not_full, q->c, "notfull") ||
+           rs_cond_init(&q->not_empty, q->c, "notempty");
+}
+
+static int queue_close(queue_t *q)
+{
+    rs_cond_destroy(q->not_full);
+    rs_cond_destroy(q->not_empty);
+    rs_mutex_destroy(q->m);
+    rs_client_close(q->c);
+    return 0;
+}
+
 static int producer(void *arg)
 {
     shared_t *sh = arg;
-    rs_client_t *c = tu_open_client_ex(&sh->srv, 2000, 0, NULL);
-    rs_mutex_t *m = NULL;
-    rs_cond_t *not_full = NULL, *not_empty = NULL;
-    if (!c || rs_mutex_init(&m, c, "buf") || rs_cond_init(&not_full, c, "notfull") ||
-        rs_cond_init(&not_empty, c, "notempty"))
+    queue_t q;
+    if (queue_open(sh, &q))
         return fail(sh);
+    rs_mutex_t *m = q.m;
+    rs_cond_t *not_full = q.not_full, *not_empty = q.not_empty;
     for (int i = 0; i <= ITEMS; i++) {
         if (enter(sh, m))
             return fail(sh);
@@ -127,22 +151,17 @@ static int producer(void *arg)
             fail(sh);
         leave_m(sh, m);
     }
-    rs_cond_destroy(not_full);
-    rs_cond_destroy(not_empty);
-    rs_mutex_destroy(m);
-    rs_client_close(c);
-    return 0;
+    return queue_close(&q);
 }
 
 static int consumer(void *arg)
 {
     shared_t *sh = arg;
-    rs_client_t *c = tu_open_client_ex(&sh->srv, 2000, 0, NULL);
-    rs_mutex_t *m = NULL;
-    rs_cond_t *not_full = NULL, *not_empty = NULL;
-    if (!c || rs_mutex_init(&m, c, "buf") || rs_cond_init(&not_full, c, "notfull") ||
-        rs_cond_init(&not_empty, c, "notempty"))
+    queue_t q;
+    if (queue_open(sh, &q))
         return fail(sh);
+    rs_mutex_t *m = q.m;
+    rs_cond_t *not_full = q.not_full, *not_empty = q.not_empty;
     for (;;) {
         if (enter(sh, m))
             return fail(sh);
@@ -161,11 +180,7 @@ static int consumer(void *arg)
             fail(sh);
         leave_m(sh, m);
     }
-    rs_cond_destroy(not_full);
-    rs_cond_destroy(not_empty);
-    rs_mutex_destroy(m);
-    rs_client_close(c);
-    return 0;
+    return queue_close(&q);
 }
 
 Test(cond, no_lost_wakeup_across_processes, .fini = tu_kill_kids)
