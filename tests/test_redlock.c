@@ -199,17 +199,23 @@ Test(redlock, lock_unlock)
     cr_expect_gt(rs_mutex_remaining(a), 0);
     snprintf(key, sizeof key, "%s:{job}:mutex", prefix);
     /* a grant needs a quorum only: a master that answers late (a loaded machine) may miss it */
-    int holding = 0;
+    int holding = 0, covered = 0, equal = 0;
     for (int i = 0; i < NM; i++) {
         char buf[64] = "";
         holding += ts_cmd_str(&m.s[i], buf, sizeof buf, "HGET %s f", key) != NULL && buf[0];
         uint64_t fi = strtoull(buf, NULL, 10);
         if (fi > maxf)
             maxf = fi;
+        covered += buf[0] && fi <= f;
+        equal += buf[0] && fi == f;
     }
     cr_expect_geq(holding, NM / 2 + 1, "the hold is on %d masters", holding);
-    cr_expect_eq(f, maxf, "fence %llu, largest on the masters %llu", (unsigned long long)f,
-                 (unsigned long long)maxf);
+    /* the token is the largest of the quorum that granted it; a master that granted after
+     * the quorum was counted (late, on a loaded machine) may show a larger one of its own */
+    cr_expect_geq(covered, NM / 2 + 1, "fence %llu is below the tokens of %d masters (largest "
+                  "%llu)", (unsigned long long)f, NM - covered, (unsigned long long)maxf);
+    cr_expect_geq(equal, 1, "fence %llu is no master's token (largest %llu)",
+                  (unsigned long long)f, (unsigned long long)maxf);
 
     cr_expect_eq(rs_mutex_lock(a), EDEADLK);
     cr_expect_eq(rs_mutex_trylock(a), EBUSY);
