@@ -16,6 +16,9 @@
  *       the one its section read (bad)
  *   I5  latch: a wait returned only after the last needed count-down had been called, i.e.
  *       at least COUNT count-down calls of its round started before the wait returned
+ *   I10 cond: every produced item consumed exactly once, in FIFO order, or still in the
+ *       buffer; never above its capacity; each consumption inside a section of its worker
+ *       (see check_cond)
  *   I6  a section with a refused fenced op got RS_ELOST from its unlock; a hold that spanned
  *       a restart without persistence got RS_ELOST (or, if its unlock could not reach Redis,
  *       at least on_lost); a worker that exited cleanly saw as many on_lost calls as RS_ELOST
@@ -63,7 +66,7 @@ static int exclusive(const scenario_t *sc, const sec_t *s)
 {
     if (sc->prim == P_ONCE) /* a failing fn makes no fenced write: its loss is on_lost's */
         return s->mode == 'x';
-    return sc->prim == P_MUTEX || sc->prim == P_RMUTEX || (sc->prim == P_RWLOCK && s->mode == 'w');
+    return sc->prim == P_MUTEX || sc->prim == P_RMUTEX || sc->prim == P_COND || (sc->prim == P_RWLOCK && s->mode == 'w');
 }
 
 static const char *rcname(int rc)
@@ -257,6 +260,88 @@ static void check_once(redisContext *ck, result_t *r, sec_t **p, size_t n)
                  "any fn of the round had succeeded", name, slot, gen, (double)(tr - t0) / 1e6);
     }
     freeReplyObject(x);
+}
+
+/* cond (worker_cond.c): the buffer is a FIFO that only the mutex keeps consistent, and its
+ * commits are logged atomically with it, so with exclusion the consumptions are exactly the
+ * productions' prefix, in order, and the rest is what the buffer still holds: an item
+ * consumed twice, lost (overwritten), never produced or taken out of order fails here (I10),
+ * with no item excused (a killed worker's commit happened entirely or not at all). Each
+ * consumption must also belong to a recorded section of its worker whose hold was granted
+ * (its token), unless that worker generation died before recording it (no exit key). */
+static void check_cond(redisContext *ck, result_t *r, const sec_t *s, size_t n)
+{
+    redisReply *prod = lrange(ck, "cprod"), *cons = lrange(ck, "ccons");
+    size_t np = prod->elements, nc = cons->elements;
+    typedef struct { char item[64]; int slot, gen; unsigned long long fence; } crec_t;
+    crec_t *P = calloc(np + 1, sizeof *P), *C = calloc(nc + 1, sizeof *C);
+    for (size_t i = 0; i < np; i++)
+        if (sscanf(prod->element[i]->str, "%63s %d %d %llu", P[i].item, &P[i].slot, &P[i].gen,
+                   &P[i].fence) != 4)
+            viol(r, V_I10, "bad production record \"%s\"", prod->element[i]->str);
+    for (size_t i = 0; i < nc; i++)
+        if (sscanf(cons->element[i]->str, "%63s %d %d %llu", C[i].item, &C[i].slot, &C[i].gen,
+                   &C[i].fence) != 4)
+            viol(r, V_I10, "bad consumption record \"%s\"", cons->element[i]->str);
+    long long head = ck_int(ck, "GET cq:head"), tail = ck_int(ck, "GET cq:tail");
+    head = head < 0 ? 0 : head, tail = tail < 0 ? 0 : tail;
+    long before = r->violations[V_I10];
+    /* every consumption: of a produced item, its first, inside a section of its worker */
+    for (size_t i = 0; i < nc; i++) {
+        size_t first = i;
+        for (size_t j = 0; j < i && first == i && strcmp(C[i].item, "-") != 0; j++)
+            if (strcmp(C[j].item, C[i].item) == 0)
+                first = j;
+        if (first != i)
+            viol(r, V_I10, "item %s consumed twice: #%zu by w%d/g%d (token %llu), #%zu by "
+                 "w%d/g%d (token %llu)", C[i].item, first + 1, C[first].slot, C[first].gen,
+                 C[first].fence, i + 1, C[i].slot, C[i].gen, C[i].fence);
+        int produced = 0;
+        for (size_t j = 0; j < np && !produced; j++)
+            produced = strcmp(P[j].item, C[i].item) == 0;
+        if (!produced)
+            viol(r, V_I10, "consumption #%zu by w%d/g%d (token %llu) took %s, never produced",
+                 i + 1, C[i].slot, C[i].gen, C[i].fence, C[i].item);
+        int found = 0;
+        for (size_t j = 0; j < n && !found; j++)
+            found = s[j].slot == C[i].slot && s[j].gen == C[i].gen && s[j].fence == C[i].fence &&
+                    s[j].mode == 'c';
+        if (!found && ck_int(ck, "EXISTS exit:%d:%d", C[i].slot, C[i].gen) == 1)
+            viol(r, V_I10, "consumption of %s by w%d/g%d under token %llu has no section of "
+                 "that worker (which lived on)", C[i].item, C[i].slot, C[i].gen, C[i].fence);
+    }
+    /* every production: consumed, or still in the buffer (cq:s:HEAD .. TAIL-1) */
+    for (size_t j = 0; j < np; j++) {
+        int used = 0;
+        for (size_t i = 0; i < nc && !used; i++)
+            used = strcmp(P[j].item, C[i].item) == 0;
+        for (long long k = head; k < tail && !used; k++) {
+            redisReply *x = ck_cmd(ck, "GET cq:s:%lld", k);
+            used = x->type == REDIS_REPLY_STRING && strcmp(x->str, P[j].item) == 0;
+            freeReplyObject(x);
+        }
+        if (!used)
+            viol(r, V_I10, "item %s (production #%zu by w%d/g%d, token %llu) lost: neither "
+                 "consumed nor in the buffer", P[j].item, j + 1, P[j].slot, P[j].gen, P[j].fence);
+    }
+    if (head != (long long)nc || tail != (long long)np)
+        viol(r, V_I10, "buffer head %lld, tail %lld after %zu consumptions, %zu productions",
+             head, tail, nc, np);
+    /* FIFO: with nothing above to explain it, consumption #i is production #i */
+    for (size_t i = 0; i < nc && i < np && r->violations[V_I10] == before; i++)
+        if (strcmp(C[i].item, P[i].item) != 0)
+            viol(r, V_I10, "consumption #%zu took %s where the FIFO's item #%zu is %s", i + 1,
+                 C[i].item, i + 1, P[i].item);
+    long long over = ck_int(ck, "GET cq:over");
+    if (over > 0)
+        viol(r, V_I10, "%lld production(s) filled the buffer above its %d items", over, COND_CAP);
+    if (g_verbose)
+        printf("    cond: %zu produced, %zu consumed, %lld left in the buffer\n", np, nc,
+               tail - head);
+    free(P);
+    free(C);
+    freeReplyObject(prod);
+    freeReplyObject(cons);
 }
 
 /* barrier: from "bar" (worker_sync.c), every pass saw the generation move past the one
@@ -486,7 +571,7 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
     }
 
     /* I3 */
-    if (sc->prim == P_MUTEX || sc->prim == P_RMUTEX || sc->prim == P_ONCE) {
+    if (sc->prim == P_MUTEX || sc->prim == P_RMUTEX || sc->prim == P_ONCE || sc->prim == P_COND) {
         const sec_t *last = NULL; /* the truthful section of this name that ends last */
         for (size_t i = 0; i < n; i++) {
             if (p[i]->rc != 0)
@@ -538,6 +623,9 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
                  worst, (double)(worst_t - t0) / 1e6, sc->sem_size);
         free(ev);
     }
+
+    if (sc->prim == P_COND)
+        check_cond(ck, r, s, n);
 
     /* I4 */
     if (sc->prim == P_ONCE)

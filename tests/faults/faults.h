@@ -5,7 +5,8 @@
  *   main.c     the driver: scenarios, processes, the fault schedule, phases, the table
  *   inject.c   the faults themselves (processes and the data redis-server)
  *   worker.c   one worker process ("redisync-faults --worker ..."): critical sections on
- *              the data server, recorded on the checker
+ *              the data server, recorded on the checker (worker_sync.c: once and barrier;
+ *              worker_cond.c: the condition variable's producers and consumers)
  *   check.c    the invariants, computed from what the workers recorded on the checker
  *   checker.c  the checker's scripts and the small hiredis helpers every part uses
  *   topology.c the deployments a scenario runs on (Sentinel, Redlock masters)
@@ -28,7 +29,7 @@
 #include <hiredis/hiredis.h>
 
 /* ---- primitives and scenarios --------------------------------------------------------- */
-typedef enum { P_MUTEX, P_RMUTEX, P_RWLOCK, P_SEM, P_LATCH, P_ONCE, P_BARRIER } prim_t;
+typedef enum { P_MUTEX, P_RMUTEX, P_RWLOCK, P_SEM, P_LATCH, P_ONCE, P_BARRIER, P_COND } prim_t;
 
 /* Fault kinds. Every kind is counted in the table. */
 typedef enum {
@@ -145,6 +146,9 @@ static inline long rnd_range(uint64_t *s, long lo, long hi) /* [lo, hi] */
  *   onc            once: "SLOT GEN ROUND T_CALL T_RET RAN", one per call that returned 0
  *   bar            barrier: "SLOT GEN T_CALL T_RET RC G0 G1" per wait (G0, G1: the
  *                  generation read from the data server before the call and after it)
+ *   cq:head cq:tail cq:s:I   cond: the bounded buffer (worker_cond.c), cq:over its
+ *                  overflows; cprod / ccons: "ITEM SLOT GEN TOKEN" per committed produce /
+ *                  consume, written atomically with the buffer update
  *   oround         once: the highest round a worker has started (respawns start below it)
  *   err            hash "lock:RC" / "unlock:RC" / ... -> count of non-zero return codes
  *   exit:SLOT:GEN  "ELOST ONLOST SOCKETS REENTRY_BAD" written by a worker that exited cleanly
@@ -175,6 +179,9 @@ enum {
     V_I9,     /* barrier: a party passed before a generation tripped after its arrival; two
                  serial parties in one generation; a tripped generation without exactly
                  PARTIES arrivals and one serial */
+    V_I10,    /* cond: an item consumed twice, lost, consumed out of order or never
+                 produced; the buffer above its capacity; a consumption outside a recorded
+                 section of its (surviving) worker */
     V_LIVE,   /* no progress in a phase; a waiter that did not get through */
     V_API,    /* a return code the API does not allow there; a worker crash */
     V_COUNT
@@ -230,6 +237,7 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
  * (PREFIX:{B}:barrier:out) has PARTIES arrivals and one serial (I9) */
 void check_barrier_record(int data_port, const scenario_t *sc, result_t *r);
 #define BARRIER_NAME "B"
+#define COND_CAP 3 /* cond: the bounded buffer's capacity (worker_cond.c) */
 void viol(result_t *r, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- the tables (report.c) ------------------------------------------------------------ */

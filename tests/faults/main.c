@@ -8,7 +8,7 @@
  * with loss, flaps, made with iptables), and only inside the network namespace that
  * tests/network/run.sh creates for them (make test-network).
  *
- * For each scenario (one per primitive, once and barrier included, the mutex twice: with and
+ * For each scenario (one per primitive, once, barrier and cond included, the mutex twice: with and
  * without persistence, and once more on a Sentinel deployment) the driver starts a data redis-server (appendonly yes +
  * appendfsync always, or no persistence at all; for mutex-failover a master, two replicas
  * and three sentinels, with SENTINEL FAILOVER among the faults and WAIT-confirmed holds)
@@ -103,6 +103,9 @@ static const scenario_t scenarios[] = {
      * counts it trips, one serial per generation, PARTIES counted in each (I9). It holds
      * nothing, so no holder faults; timeout_ms as the latch's: no arrival left in doubt */
     {"barrier-aof",  P_BARRIER, 1, 8,    9,   800,  3000,   LATCH_FAULTS,                     1,  4,  0,    0,    0, 0, 0, 0, 0, 0},
+    /* cond: 4 producers, 4 consumers, one mutex, two conditions over a bounded buffer that
+     * only the mutex keeps consistent, under the mutex's faults: I1-I4, I6; I10 (worker_cond.c) */
+    {"cond-aof",     P_COND,   1,  8,    10,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  1,  0,  0,    0,    0, 0, 0, 0, 0, 0},
 };
 #define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 

@@ -647,6 +647,8 @@ int worker_main(int argc, char **argv)
         once_loop(&w);
     else if (w.prim == P_BARRIER)
         barrier_loop(&w);
+    else if (w.prim == P_COND)
+        cond_loop(&w);
     else
         while (section(&w) == 0) {
         }

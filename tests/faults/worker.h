@@ -61,4 +61,7 @@ int ck_fwrite(worker_t *w, const char *name, uint64_t fence, long long expect);
 void once_loop(worker_t *w);
 void barrier_loop(worker_t *w);
 
+/* worker_cond.c: producers and consumers, until the driver's stop */
+void cond_loop(worker_t *w);
+
 #endif
