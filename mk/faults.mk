@@ -7,7 +7,8 @@
 #                      are killed (-9) and stopped past their lease, the server is restarted
 #                      (with appendfsync always, and without persistence), stalled (CLIENT
 #                      PAUSE, DEBUG SLEEP) and connections are dropped (CLIENT KILL); the
-#                      invariants of docs testing.md (I1-I7) are checked on a separate checker
+#                      invariants of docs testing.md (I1-I7; I8-I10 for once, barrier and
+#                      cond: docs/reliability.md) are checked on a separate checker
 #                      redis-server. Prints a table; fails on any violation or lack of
 #                      progress. About 4.5 minutes on 2 cores (4 with the machine to itself).
 #
