@@ -982,6 +982,38 @@ Test(mutex, error_wrongtype, .timeout = 60)
     cr_expect_eq(ts_cmd_int(&s, "EXISTS rs:{w2}:mutex rs:{w2}:mutex:fence"), 0,
                  "the failed lock wrote keys");
 
+    /* a foreign fencing counter: the grant's SET ... GET is its first write and fails
+     * without writing (core.lua next_fence) */
+    cr_assert_eq(ts_cmd_int(&s, "RPUSH rs:{w3}:mutex:fence x"), 1);
+    rs_mutex_t *m4 = new_mutex(c, "w3");
+    rc = rs_mutex_lock(m4);
+    cr_expect_eq(rc, RS_ESERVER, "lock over a foreign fencing counter: %d", rc);
+    cr_expect(strstr(rs_client_lasterror(c), "WRONGTYPE") != NULL, "lasterror: %s",
+              rs_client_lasterror(c));
+    cr_expect_eq(ts_cmd_int(&s, "LLEN rs:{w3}:mutex:fence"), 1);
+    cr_expect_eq(ts_cmd_int(&s, "PTTL rs:{w3}:mutex:fence"), -1, "the foreign key got a TTL");
+    cr_expect_eq(ts_cmd_int(&s, "EXISTS rs:{w3}:mutex rs:{w3}:mutex:q rs:{w3}:mutex:qi"), 0,
+                 "the failed lock wrote keys");
+
+    /* a foreign queue info under a held lock: a waiter's first write (HSET qi, common.lua
+     * q_add) fails without writing, so the queue is not created */
+    rs_mutex_t *m5 = new_mutex(c, "w4");
+    cr_assert_eq(rs_mutex_lock(m5), 0);
+    cr_assert_not_null(ts_cmd_str(&s, buf, sizeof buf, "SET rs:{w4}:mutex:qi foreign"));
+    rs_client_t *c2 = tu_open_client(&s, 1000, 2000, NULL);
+    rs_mutex_t *m6 = new_mutex(c2, "w4");
+    rc = rs_mutex_lock(m6);
+    cr_expect_eq(rc, RS_ESERVER, "a wait over a foreign queue info: %d", rc);
+    cr_expect(strstr(rs_client_lasterror(c2), "WRONGTYPE") != NULL, "lasterror: %s",
+              rs_client_lasterror(c2));
+    cr_expect_eq(ts_cmd_int(&s, "EXISTS rs:{w4}:mutex:q"), 0, "the failed wait queued");
+    cr_expect_str_eq(ts_cmd_str(&s, buf, sizeof buf, "GET rs:{w4}:mutex:qi"), "foreign");
+    cr_expect_eq(rs_mutex_unlock(m5), 0);
+    rs_mutex_destroy(m4);
+    rs_mutex_destroy(m5);
+    rs_mutex_destroy(m6);
+    rs_client_close(c2);
+
     /* the client is still fine */
     rs_mutex_t *m3 = new_mutex(c, "ok");
     cr_expect_eq(rs_mutex_lock(m3), 0);
