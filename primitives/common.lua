@@ -55,30 +55,37 @@ end
 
 -- Adds id at the tail of the queue (or refreshes its entry if it is queued already), with
 -- info as its entry. A full queue (maxw) is swept of expired entries once, then refused with
--- RSQUEUE. Returns nil, or the error to return. Reads q (ZCARD) before writing; the first
--- write, HSET on qi, fails without writing if qi is of another type, so qi needs no read.
--- ZADD NX keeps a queued id's place (a retry). score: its place instead of the tail
--- (Redlock: the same on every master, mutex.lua).
+-- RSQUEUE. Returns nil, or the error to return. Reads q (ZRANGE or ZCARD) before writing;
+-- the first write, HSET on qi, fails without writing if qi is of another type, so qi needs
+-- no read. ZADD NX keeps a queued id's place (a retry). score: its place instead of the tail
+-- (Redlock: the same on every master, mutex.lua). Without it the place is the tail's
+-- arrival number + 1, so the members' numbers are distinct integers from 1 to the tail's:
+-- a tail below maxw proves the queue is not full without counting it (ZCARD only from
+-- maxw arrivals on since the queue was last empty).
 local function q_add(q, qi, id, info, maxw, qlease, now_ms, score)
-  local n = redis.call('ZCARD', q)
+  local n, created
+  if not score then
+    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    local t = tonumber(last[2]) or 0
+    score, created = t + 1, last[1] == nil
+    n = t < maxw and t or redis.call('ZCARD', q)
+  else
+    n = redis.call('ZCARD', q)
+    created = n == 0
+  end
   if n >= maxw and not redis.call('ZSCORE', q, id) then
     local all = redis.call('HGETALL', qi)
     for i = 1, #all, 2 do
       local exp = tonumber(string.match(all[i + 1], '^(%d+) '))
       if not exp or exp <= now_ms then q_drop(q, qi, all[i]) end
     end
-    n = redis.call('ZCARD', q)
-    if n >= maxw then
+    if redis.call('ZCARD', q) >= maxw then
       return redis.error_reply('RSQUEUE waiter queue full')
     end
   end
-  if not score then
-    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
-    score = (tonumber(last[2]) or 0) + 1
-  end
   redis.call('HSET', qi, id, info)
   redis.call('ZADD', q, 'NX', score, id)
-  q_keep(q, qi, 2 * qlease, n == 0)
+  q_keep(q, qi, 2 * qlease, created)
   return nil
 end
 

@@ -1576,6 +1576,53 @@ Test(mutex, queue_full, .timeout = 60)
     ts_server_stop(&s);
 }
 
+/* max_waiters counts waiters, not arrival numbers: a queue whose tail's number reached the
+ * cap but that holds fewer waiters admits one more (common.lua q_add uses the tail's number
+ * only to skip its ZCARD below the cap). maxw 2: B (1) and C (2) queue, B gets the lock, D
+ * joins behind C. (Admitting past the cap is queue_full's failure.) */
+Test(mutex, queue_numbers_past_the_cap_are_not_full, .timeout = 60)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = s.url;
+    cfg.lease_ms = 5000;
+    cfg.max_waiters = 2;
+    rs_client_t *cl[4];
+    rs_mutex_t *m[4];
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(rs_client_open(&cl[i], &cfg), 0);
+        m[i] = new_mutex(cl[i], "qn");
+    }
+    cr_assert_eq(rs_mutex_lock(m[0]), 0);
+    locker_t B = {.m = m[1], .wait_release = 1}, C = {.m = m[2]}, D = {.m = m[3]};
+    locker_start(&B);
+    cr_assert(wait_zcard(&s, "qn", 1, 5000), "B did not queue");
+    locker_start(&C);
+    cr_assert(wait_zcard(&s, "qn", 2, 5000), "C did not queue");
+    cr_expect_eq(rs_mutex_unlock(m[0]), 0);
+    for (int i = 0; i < 500 && !atomic_load(&B.locked); i++)
+        tu_sleep_ms(10);
+    cr_assert(atomic_load(&B.locked), "B was not handed the lock");
+    cr_assert_eq(zcard_q(&s, "qn"), 1);
+    locker_start(&D);
+    cr_expect(wait_zcard(&s, "qn", 2, 5000), "D did not queue behind C (tail number 2, 1 waiter)");
+    cr_expect_eq(atomic_load(&D.done), 0, "D's lock returned: %d %s", D.rc, D.err);
+    atomic_store(&B.release, 1);
+    cr_assert(locker_join(&B, 10000));
+    cr_assert(locker_join(&C, 10000));
+    cr_assert(locker_join(&D, 10000));
+    cr_expect_eq(B.rc, 0, "B: %d %s", B.rc, B.err);
+    cr_expect_eq(C.rc, 0, "C: %d %s", C.rc, C.err);
+    cr_expect_eq(D.rc, 0, "D: %d %s", D.rc, D.err);
+    for (int i = 0; i < 4; i++) {
+        rs_mutex_destroy(m[i]);
+        rs_client_close(cl[i]);
+    }
+    ts_server_stop(&s);
+}
+
 /* ------------------------------------------------------------------------------------- */
 /* A forged wake-up never grants: whoever can PUBLISH on a client's channel but cannot read */
 /* the queue keys knows the channel and can guess acquisition ids "PUBLICID:N", but not   */
