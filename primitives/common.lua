@@ -27,43 +27,65 @@ local function q_drop(q, qi, id)
 end
 
 -- The first live entry of the queue and its info (expired ones are removed on the way).
-local function q_live_head(q, qi, now_ms)
+-- first: the queue's first id if the caller has just read it (ZRANGE q 0 0), else nil.
+local function q_live_head(q, qi, now_ms, first)
+  local head = first
   while true do
-    local head = redis.call('ZRANGE', q, 0, 0)[1]
+    head = head or redis.call('ZRANGE', q, 0, 0)[1]
     if not head then return nil end
     local info = redis.call('HGET', qi, head)
     local exp = info and tonumber(string.match(info, '^(%d+) '))
     if exp and exp > now_ms then return head, info end
     q_drop(q, qi, head)
+    head = nil
+  end
+end
+
+-- Keeps the TTLs of a queue q and its info qi at least ms, reading one of them: the two are
+-- only ever extended together, to the same value (and both set when the queue is created),
+-- so qi's TTL stands for both. A qi without a TTL (-1) or absent (-2) sets both.
+-- created: q was empty before this call (its new key has no TTL yet).
+local function q_keep(q, qi, ms, created)
+  if created or redis.call('PTTL', qi) < ms then
+    local t = ms + math.floor(ms / 2)
+    redis.call('PEXPIRE', q, t)
+    redis.call('PEXPIRE', qi, t)
   end
 end
 
 -- Adds id at the tail of the queue (or refreshes its entry if it is queued already), with
 -- info as its entry. A full queue (maxw) is swept of expired entries once, then refused with
--- RSQUEUE. Returns nil, or the error to return. Reads both keys before writing either.
--- score: its place instead of the tail (Redlock: the same on every master, mutex.lua).
+-- RSQUEUE. Returns nil, or the error to return. Reads q (ZRANGE or ZCARD) before writing;
+-- the first write, HSET on qi, fails without writing if qi is of another type, so qi needs
+-- no read. ZADD NX keeps a queued id's place (a retry). score: its place instead of the tail
+-- (Redlock: the same on every master, mutex.lua). Without it the place is the tail's
+-- arrival number + 1, so the members' numbers are distinct integers from 1 to the tail's:
+-- a tail below maxw proves the queue is not full without counting it (ZCARD only from
+-- maxw arrivals on since the queue was last empty).
 local function q_add(q, qi, id, info, maxw, qlease, now_ms, score)
-  redis.call('HEXISTS', qi, id)
-  if not redis.call('ZSCORE', q, id) then
+  local n, created
+  if not score then
+    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    local t = tonumber(last[2]) or 0
+    score, created = t + 1, last[1] == nil
+    n = t < maxw and t or redis.call('ZCARD', q)
+  else
+    n = redis.call('ZCARD', q)
+    created = n == 0
+  end
+  if n >= maxw and not redis.call('ZSCORE', q, id) then
+    local all = redis.call('HGETALL', qi)
+    for i = 1, #all, 2 do
+      local exp = tonumber(string.match(all[i + 1], '^(%d+) '))
+      if not exp or exp <= now_ms then q_drop(q, qi, all[i]) end
+    end
     if redis.call('ZCARD', q) >= maxw then
-      local all = redis.call('HGETALL', qi)
-      for i = 1, #all, 2 do
-        local exp = tonumber(string.match(all[i + 1], '^(%d+) '))
-        if not exp or exp <= now_ms then q_drop(q, qi, all[i]) end
-      end
-      if redis.call('ZCARD', q) >= maxw then
-        return redis.error_reply('RSQUEUE waiter queue full')
-      end
+      return redis.error_reply('RSQUEUE waiter queue full')
     end
-    if not score then
-      local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
-      score = (tonumber(last[2]) or 0) + 1
-    end
-    redis.call('ZADD', q, score, id)
   end
   redis.call('HSET', qi, id, info)
-  extend_lazily(q, 2 * qlease)
-  extend_lazily(qi, 2 * qlease)
+  redis.call('ZADD', q, 'NX', score, id)
+  q_keep(q, qi, 2 * qlease, created)
   return nil
 end
 

@@ -29,24 +29,35 @@ end
 
 -- Next fencing token of counter key fkey: counter + 1, but never below the server clock in
 -- microseconds, so tokens keep rising even if the counter is lost (restart, failover,
--- expiry). The GET also checks the counter's type before it is written. The 30-day TTL is
--- set again (SET ... PX) on the first grant of each day (server clock, UTC) and on every
--- grant while the counter is ahead of the clock; other grants store the token with
--- SET ... KEEPTTL, which costs the server less (docs/performance.md, "The fencing counter,
--- stored with KEEPTTL"). So an unused counter lapses 29-30 days after its last grant. A value
--- that is not a number has a day of its own (0): it is replaced with SET ... PX.
+-- expiry). The 30-day TTL is set again (SET ... PX) on the first grant of each day (server
+-- clock, UTC) and on every grant while the counter is ahead of the clock; other grants store
+-- the token with SET ... KEEPTTL, which costs the server less (docs/performance.md, "The
+-- fencing counter, stored with KEEPTTL"). So an unused counter lapses 29-30 days after its
+-- last grant. A value that is not a number has a day of its own (0): it is replaced with
+-- SET ... PX. One call in the common case: SET ... KEEPTTL GET stores the clock and returns
+-- the counter it replaced; a second SET ... PX follows only when that was absent, ahead of
+-- the clock or of another day. SET ... GET on a key of another type fails without writing,
+-- so it checks the counter's type like a read before the first write. Redis before 6.2 has
+-- no SET ... GET (a syntax error, nothing written): there, and on a key of another type, the
+-- GET of before runs first (and fails on a key of another type, as it did).
 local DAY_US = 86400000000
 local function next_fence(fkey, now_us)
-  local cur = redis.call('GET', fkey)
+  local s = fmt(now_us)
+  local cur = redis.pcall('SET', fkey, s, 'KEEPTTL', 'GET')
+  local set = true
+  if type(cur) == 'table' then
+    cur = redis.call('GET', fkey)
+    set = false
+  end
   local c = tonumber(cur) or 0
+  if cur and c < now_us and math.floor(c / DAY_US) == math.floor(now_us / DAY_US) then
+    if not set then redis.call('SET', fkey, s, 'KEEPTTL') end
+    return s
+  end
   local f = c + 1
   if f < now_us then f = now_us end
-  local s = fmt(f)
-  if cur and f == now_us and math.floor(c / DAY_US) == math.floor(f / DAY_US) then
-    redis.call('SET', fkey, s, 'KEEPTTL')
-  else
-    redis.call('SET', fkey, s, 'PX', FENCE_TTL)
-  end
+  s = fmt(f)
+  redis.call('SET', fkey, s, 'PX', FENCE_TTL)
   return s
 end
 

@@ -982,6 +982,38 @@ Test(mutex, error_wrongtype, .timeout = 60)
     cr_expect_eq(ts_cmd_int(&s, "EXISTS rs:{w2}:mutex rs:{w2}:mutex:fence"), 0,
                  "the failed lock wrote keys");
 
+    /* a foreign fencing counter: the grant's SET ... GET is its first write and fails
+     * without writing (core.lua next_fence) */
+    cr_assert_eq(ts_cmd_int(&s, "RPUSH rs:{w3}:mutex:fence x"), 1);
+    rs_mutex_t *m4 = new_mutex(c, "w3");
+    rc = rs_mutex_lock(m4);
+    cr_expect_eq(rc, RS_ESERVER, "lock over a foreign fencing counter: %d", rc);
+    cr_expect(strstr(rs_client_lasterror(c), "WRONGTYPE") != NULL, "lasterror: %s",
+              rs_client_lasterror(c));
+    cr_expect_eq(ts_cmd_int(&s, "LLEN rs:{w3}:mutex:fence"), 1);
+    cr_expect_eq(ts_cmd_int(&s, "PTTL rs:{w3}:mutex:fence"), -1, "the foreign key got a TTL");
+    cr_expect_eq(ts_cmd_int(&s, "EXISTS rs:{w3}:mutex rs:{w3}:mutex:q rs:{w3}:mutex:qi"), 0,
+                 "the failed lock wrote keys");
+
+    /* a foreign queue info under a held lock: a waiter's first write (HSET qi, common.lua
+     * q_add) fails without writing, so the queue is not created */
+    rs_mutex_t *m5 = new_mutex(c, "w4");
+    cr_assert_eq(rs_mutex_lock(m5), 0);
+    cr_assert_not_null(ts_cmd_str(&s, buf, sizeof buf, "SET rs:{w4}:mutex:qi foreign"));
+    rs_client_t *c2 = tu_open_client(&s, 1000, 2000, NULL);
+    rs_mutex_t *m6 = new_mutex(c2, "w4");
+    rc = rs_mutex_lock(m6);
+    cr_expect_eq(rc, RS_ESERVER, "a wait over a foreign queue info: %d", rc);
+    cr_expect(strstr(rs_client_lasterror(c2), "WRONGTYPE") != NULL, "lasterror: %s",
+              rs_client_lasterror(c2));
+    cr_expect_eq(ts_cmd_int(&s, "EXISTS rs:{w4}:mutex:q"), 0, "the failed wait queued");
+    cr_expect_str_eq(ts_cmd_str(&s, buf, sizeof buf, "GET rs:{w4}:mutex:qi"), "foreign");
+    cr_expect_eq(rs_mutex_unlock(m5), 0);
+    rs_mutex_destroy(m4);
+    rs_mutex_destroy(m5);
+    rs_mutex_destroy(m6);
+    rs_client_close(c2);
+
     /* the client is still fine */
     rs_mutex_t *m3 = new_mutex(c, "ok");
     cr_expect_eq(rs_mutex_lock(m3), 0);
@@ -1541,6 +1573,53 @@ Test(mutex, queue_full, .timeout = 60)
     rs_client_close(ca);
     rs_client_close(cb);
     rs_client_close(cc);
+    ts_server_stop(&s);
+}
+
+/* max_waiters counts waiters, not arrival numbers: a queue whose tail's number reached the
+ * cap but that holds fewer waiters admits one more (common.lua q_add uses the tail's number
+ * only to skip its ZCARD below the cap). maxw 2: B (1) and C (2) queue, B gets the lock, D
+ * joins behind C. (Admitting past the cap is queue_full's failure.) */
+Test(mutex, queue_numbers_past_the_cap_are_not_full, .timeout = 60)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = s.url;
+    cfg.lease_ms = 5000;
+    cfg.max_waiters = 2;
+    rs_client_t *cl[4];
+    rs_mutex_t *m[4];
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(rs_client_open(&cl[i], &cfg), 0);
+        m[i] = new_mutex(cl[i], "qn");
+    }
+    cr_assert_eq(rs_mutex_lock(m[0]), 0);
+    locker_t B = {.m = m[1], .wait_release = 1}, C = {.m = m[2]}, D = {.m = m[3]};
+    locker_start(&B);
+    cr_assert(wait_zcard(&s, "qn", 1, 5000), "B did not queue");
+    locker_start(&C);
+    cr_assert(wait_zcard(&s, "qn", 2, 5000), "C did not queue");
+    cr_expect_eq(rs_mutex_unlock(m[0]), 0);
+    for (int i = 0; i < 500 && !atomic_load(&B.locked); i++)
+        tu_sleep_ms(10);
+    cr_assert(atomic_load(&B.locked), "B was not handed the lock");
+    cr_assert_eq(zcard_q(&s, "qn"), 1);
+    locker_start(&D);
+    cr_expect(wait_zcard(&s, "qn", 2, 5000), "D did not queue behind C (tail number 2, 1 waiter)");
+    cr_expect_eq(atomic_load(&D.done), 0, "D's lock returned: %d %s", D.rc, D.err);
+    atomic_store(&B.release, 1);
+    cr_assert(locker_join(&B, 10000));
+    cr_assert(locker_join(&C, 10000));
+    cr_assert(locker_join(&D, 10000));
+    cr_expect_eq(B.rc, 0, "B: %d %s", B.rc, B.err);
+    cr_expect_eq(C.rc, 0, "C: %d %s", C.rc, C.err);
+    cr_expect_eq(D.rc, 0, "D: %d %s", D.rc, D.err);
+    for (int i = 0; i < 4; i++) {
+        rs_mutex_destroy(m[i]);
+        rs_client_close(cl[i]);
+    }
     ts_server_stop(&s);
 }
 

@@ -75,7 +75,7 @@ end
 -- and nobody queued, or ours and nobody to hand it to. They return before the helpers below
 -- are defined (docs/performance.md, "Uncontended cost per primitive"). Their reads check
 -- every key they write; anything else falls through, with the hold's fields read (h).
-local h
+local h, first -- first: the queue's first id, if the fast release read it
 if (op == 'acq' or op == 'rel') and not redlock then
   h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
   if op == 'acq' and not h[1] and redis.call('ZCARD', KEYS[3]) == 0 then
@@ -84,10 +84,13 @@ if (op == 'acq' or op == 'rel') and not redlock then
                           mutex_released(h))
     return {1, f, tonumber(ARGV[4])}
   end
-  if op == 'rel' and h[2] == ARGV[3] and h[1] == redis.sha1hex(ARGV[2]) and
-      redis.call('ZCARD', KEYS[3]) == 0 then
-    release_free()
-    return 1
+  if op == 'rel' and h[2] == ARGV[3] and h[1] == redis.sha1hex(ARGV[2]) then
+    -- the queue's head, which a handover (below) starts from
+    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not first then
+      release_free()
+      return 1
+    end
   end
 end
 
@@ -113,19 +116,23 @@ local function drop(acq)
   q_drop(KEYS[3], KEYS[4], acq)
 end
 
-local function live_head(now_ms)
-  return q_live_head(KEYS[3], KEYS[4], now_ms)
+local function live_head(now_ms, first_id)
+  return q_live_head(KEYS[3], KEYS[4], now_ms, first_id)
 end
 
 -- Hands the free lock to the first live waiter and wakes it with one message on its own
 -- client's channel. Returns true if someone got it. now_ms may be nil (read TIME only when
--- someone waits: the common release has an empty queue).
-local function hand_to_head(now_ms, now_us, prev)
+-- someone waits: the common release has an empty queue). first_id: the queue's first id if
+-- the caller read it (the fast release's ZRANGE), else nil.
+local function hand_to_head(now_ms, now_us, prev, first_id)
   if not now_ms then
-    if redis.call('ZCARD', KEYS[3]) == 0 then return false end
+    if not first_id then
+      first_id = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+      if not first_id then return false end
+    end
     now_ms, now_us = clock()
   end
-  local head, info = live_head(now_ms)
+  local head, info = live_head(now_ms, first_id)
   if not head then return false end
   local _, lease, tok = string.match(info, '^(%d+) (%d+) (%x+)$')
   local f = grant(tok, head, lease, now_us, prev)
@@ -195,8 +202,7 @@ if op == 'qrenew' then
   if not info then return 0 end
   local now_ms = clock()
   redis.call('HSET', KEYS[4], ARGV[3], qinfo(tokhash, now_ms))
-  extend_lazily(KEYS[3], 2 * tonumber(ARGV[8]))
-  extend_lazily(KEYS[4], 2 * tonumber(ARGV[8]))
+  q_keep(KEYS[3], KEYS[4], 2 * tonumber(ARGV[8]))
   return 1
 end
 
@@ -267,7 +273,7 @@ if op == 'rel' then
     return 1
   end
   if h[1] == tokhash and h[2] == ARGV[3] then
-    if not hand_to_head(nil, nil, ARGV[3]) then release_free() end
+    if not hand_to_head(nil, nil, ARGV[3], first) then release_free() end
     return 1
   end
   -- a retried release: 'a' of the free lock's tombstone names it, or 'r' (the release a

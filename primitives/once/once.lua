@@ -152,8 +152,7 @@ if op == 'qrenew' then
   if not info then return 0 end
   local now_ms = clock()
   redis.call('HSET', KEYS[5], ARGV[3], qinfo(now_ms))
-  extend_lazily(KEYS[4], 2 * tonumber(ARGV[8]))
-  extend_lazily(KEYS[5], 2 * tonumber(ARGV[8]))
+  q_keep(KEYS[4], KEYS[5], 2 * tonumber(ARGV[8]))
   return 1
 end
 

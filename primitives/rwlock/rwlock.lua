@@ -373,8 +373,7 @@ if op == 'qrenew' then
   if held_by(mode, tokhash, ARGV[3], now_ms) then return 2 end
   if not redis.call('HGET', KEYS[4], ARGV[3]) then return 0 end
   redis.call('HSET', KEYS[4], ARGV[3], entry(tokhash, now_ms))
-  extend_lazily(KEYS[3], 2 * tonumber(ARGV[8]))
-  extend_lazily(KEYS[4], 2 * tonumber(ARGV[8]))
+  q_keep(KEYS[3], KEYS[4], 2 * tonumber(ARGV[8]))
   return 1
 end
 

@@ -297,8 +297,7 @@ if op == 'qrenew' then
   if my_hold(ARGV[3], tokhash, now_ms) then return 2 end
   if not redis.call('HGET', KEYS[6], ARGV[3]) then return 0 end
   redis.call('HSET', KEYS[6], ARGV[3], qentry(tokhash, now_ms))
-  extend_lazily(KEYS[5], 2 * tonumber(ARGV[8]))
-  extend_lazily(KEYS[6], 2 * tonumber(ARGV[8]))
+  q_keep(KEYS[5], KEYS[6], 2 * tonumber(ARGV[8]))
   return 1
 end
 

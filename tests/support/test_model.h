@@ -270,7 +270,8 @@ static inline void tm_counter_ahead(tm_world_t *w, const char *fkey)
 {
     unsigned long long ahead = tm_last_fence + 1000000000ULL;
     snprintf(tm_what, sizeof tm_what, "the fencing counter jumps to %llu", ahead);
-    freeReplyObject(tm_cmd(w, "SET %s %llu", fkey, ahead));
+    /* with the TTL a script gives it (core.lua FENCE_TTL): every key has one */
+    freeReplyObject(tm_cmd(w, "SET %s %llu PX 2592000000", fkey, ahead));
     tm_last_fence = ahead;
 }
 
@@ -453,9 +454,23 @@ static inline int tm_step_waiter(tm_world_t *w, int i, unsigned dice, int may_di
     return tm_step_cancel(w, i), TM_K_CANCEL;
 }
 
-/* The queue key qkey holds the model's live waiters, in order (dead entries may linger). */
+/* Every key of the world that exists has a TTL (the scripts extend the queue's two keys
+ * together, reading one TTL: primitives/common.lua q_keep). */
+static inline void tm_check_ttls(tm_world_t *w)
+{
+    for (int j = 0; j < w->nkeys; j++) {
+        redisReply *r = tm_cmd(w, "PTTL %s", w->key[j]);
+        TM_FAIL_IF(r->type != REDIS_REPLY_INTEGER || r->integer == -1, "key %s has no TTL",
+                   w->key[j]);
+        freeReplyObject(r);
+    }
+}
+
+/* The queue key qkey holds the model's live waiters, in order (dead entries may linger), and
+ * every key has a TTL. */
 static inline void tm_check_queue(tm_world_t *w, const char *qkey)
 {
+    tm_check_ttls(w);
     redisReply *r = tm_cmd(w, "ZRANGE %s 0 -1", qkey);
     int j = 0;
     for (size_t e = 0; e < r->elements; e++) {
