@@ -441,7 +441,10 @@ static int raw_argv(const raw_t *r, const prim_t *p, const char *sha, const char
     argv[n] = acqid, lens[n++] = strlen(acqid);
     argv[n] = LEASE, lens[n++] = strlen(LEASE);
     argv[n] = PREFIX ":client:", lens[n++] = strlen(PREFIX ":client:");
-    argv[n] = "q", lens[n++] = 1;
+    /* acq: "t", try without queueing: a client whose subscriber is not up (it never waited)
+     * tries once before it subscribes (lib/wait.c), so that is what an uncontended lock
+     * sends; the release keeps the mode its hold was made with ("q") */
+    argv[n] = strcmp(op, "acq") == 0 ? "t" : "q", lens[n++] = 1;
     argv[n] = MAXW, lens[n++] = strlen(MAXW);
     argv[n] = LEASE, lens[n++] = strlen(LEASE);
     for (int i = 0; p->extra[i]; i++)
