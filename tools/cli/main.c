@@ -46,22 +46,20 @@ enum {
     OPT_LABEL,
 };
 
+/* the long options every subcommand takes (common_opt) */
+#define COMMON_LONG                                                                          \
+    {"url", required_argument, NULL, 'u'}, {"prefix", required_argument, NULL, OPT_PREFIX}, \
+        {"label", required_argument, NULL, OPT_LABEL}, {"verbose", no_argument, NULL, 'v'},  \
+        {"help", no_argument, NULL, 'h'}
+
 static const struct option global_long[] = {
-    {"url", required_argument, NULL, 'u'},
-    {"prefix", required_argument, NULL, OPT_PREFIX},
-    {"label", required_argument, NULL, OPT_LABEL},
-    {"verbose", no_argument, NULL, 'v'},
-    {"help", no_argument, NULL, 'h'},
+    COMMON_LONG,
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
 };
 
 static const struct option hold_long[] = {
-    {"url", required_argument, NULL, 'u'},
-    {"prefix", required_argument, NULL, OPT_PREFIX},
-    {"label", required_argument, NULL, OPT_LABEL},
-    {"verbose", no_argument, NULL, 'v'},
-    {"help", no_argument, NULL, 'h'},
+    COMMON_LONG,
     {"wait", required_argument, NULL, 'w'},
     {"timeout", required_argument, NULL, 'w'},
     {"lease", required_argument, NULL, 'l'},
@@ -82,11 +80,7 @@ static const struct option hold_long[] = {
 };
 
 static const struct option other_long[] = {
-    {"url", required_argument, NULL, 'u'},
-    {"prefix", required_argument, NULL, OPT_PREFIX},
-    {"label", required_argument, NULL, OPT_LABEL},
-    {"verbose", no_argument, NULL, 'v'},
-    {"help", no_argument, NULL, 'h'},
+    COMMON_LONG,
     {"wait", no_argument, NULL, OPT_WAITLATCH}, /* latch --wait; -w SECONDS is the timeout */
     {"timeout", required_argument, NULL, 'w'},
     {"conflict-exit-code", required_argument, NULL, 'E'},
@@ -99,11 +93,7 @@ static const struct option other_long[] = {
 };
 
 static const struct option barrier_long[] = {
-    {"url", required_argument, NULL, 'u'},
-    {"prefix", required_argument, NULL, OPT_PREFIX},
-    {"label", required_argument, NULL, OPT_LABEL},
-    {"verbose", no_argument, NULL, 'v'},
-    {"help", no_argument, NULL, 'h'},
+    COMMON_LONG,
     {"version", no_argument, NULL, OPT_VERSION},
     {"wait", required_argument, NULL, 'w'},
     {"timeout", required_argument, NULL, 'w'},
