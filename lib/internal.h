@@ -5,17 +5,23 @@
  *   util.c      clocks, deadlines, per-thread error text, logging, argument vectors
  *   url.c       URL parsing into rs_endpoint_t
  *   transport.c bytes on the wire of every connection: a plain socket or a TLS session
- *   topology.c  where to connect (the URL's server, or the master the sentinels name)
- *   cluster.c   the Redis Cluster slot map: which master serves a key
- *   redlock.c   redlock://: every call on all masters at once, decided by quorum
+ *   wire.c      commands and replies on one hiredis context
+ *   dial.c      one socket opened: connect, close-on-exec, TCP options, TLS handshake
+ *   slotmap.c   the Redis Cluster slot map: which master serves a key (no connections)
+ *   topology.c  where to connect (the URL's server, the master the sentinels name, a node)
+ *   conn.c      connections to Redis: dial, AUTH/SELECT, retries, the pool
+ *   cluster.c   loading the slot map with CLUSTER SLOTS
  *   keys.c      key and channel names (hash tags, escaping)
- *   conn.c      hiredis connections: connect, AUTH/SELECT, pool, SIGPIPE, close-on-exec
  *   script.c    EVALSHA with SCRIPT LOAD on NOSCRIPT, retries within timeout_ms, error mapping
- *   watchdog.c  one thread per client renewing every registered lease in one pipeline
- *   notify.c    one subscriber connection and thread per client; wakes waiters by id
+ *   lease.c, watchdog.c, record.c  the leases, the thread renewing them in one pipeline, the
+ *               holder record that rides in it
+ *   redlock.c, rlround.c  redlock://: every call on all masters at once, decided by quorum
+ *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
- *   hold.c      per-thread owner identity and the local record of what a thread holds
- *   client.c    rs_client_t: config, identity, lifetime, the public client calls
+ *   hold.c, handle.c, holdobj.c  owner identity, what a thread holds, handles, hold objects
+ *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
+ * Still pointing up: topology.c pokes notify.c when the master moves, redlock.c calls
+ * handle.c's call helpers, and handle.c takes client references through client.c.
  * A primitive (primitives/NAME/) builds its keys, runs its script through rs__eval, keeps
  * its holds alive with rs__watch_add and waits with rs__wait_acquire. lib/ never names a
  * primitive.
@@ -163,10 +169,31 @@ int rs__ctx_read_until(redisContext *ctx, uint64_t end_ns, redisReply **out);
 int rs__dial(rs_client_t *c, const rs_node_t *node, uint64_t end_ns, redisContext **out,
              char *why, size_t whylen);
 
+/* ----- slotmap.c --------------------------------------------------------------------- */
+#define RS_NODES_MAX 64
+unsigned rs__cluster_slot(const char *key, size_t len); /* CRC16 of the hash tag & 16383 */
+void rs__cluster_init(rs_client_t *c);                  /* the URL's nodes become the table */
+void rs__cluster_free(rs_client_t *c);
+/* Index of host:port in the node table, adding it; -1 when the table is full. cl.mu held. */
+int rs__cluster_node_index_locked(rs_client_t *c, const char *host, size_t hlen, int port);
+void rs__cluster_stale(rs_client_t *c); /* a node failed: reload the map before next use */
+/* 1 if the last CLUSTER SLOTS showed only Redis >= 7.0 masters (and classic pub/sub is not
+ * forced): waiters then take sharded wake-ups (notify_shard.c). */
+int rs__cluster_sharded(rs_client_t *c);
+/* The node serving key's slot (an index into the node table), -1 if unknown. */
+int rs__cluster_node_of(rs_client_t *c, const char *key, size_t len);
+int rs__cluster_node(rs_client_t *c, int idx, rs_node_t *out); /* 0 or -1 */
+int rs__cluster_nnodes(rs_client_t *c);
+/* The nodes that serve at least one slot, at most max of them. */
+int rs__cluster_masters(rs_client_t *c, int *idx, int max);
+/* A MOVED or ASK error: the node it names (added to the table), *ask set for ASK. MOVED
+ * also updates the slot and marks the map stale. -1 if err is neither. */
+int rs__cluster_redirect(rs_client_t *c, const char *err, int *ask);
+
 /* ----- topology.c -------------------------------------------------------------------- */
 /* Where the next connection goes: single mode the URL's server; sentinel mode the master
  * named by the first sentinel that answers (each asked with timeout_ms); cluster mode node
- * number node of cluster.c's table (node < 0: any node, in turn). 0 or RS_ECONN with why
+ * number node of slotmap.c's table (node < 0: any node, in turn). 0 or RS_ECONN with why
  * filled. */
 int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, char *why,
                     size_t whylen);
@@ -184,28 +211,6 @@ int rs__is_topology_error(const rs_client_t *c, const redisReply *r);
 int rs__topo_start(rs_client_t *c);
 void rs__topo_stop(rs_client_t *c);
 void rs__topo_free(rs_client_t *c);
-
-/* ----- cluster.c --------------------------------------------------------------------- */
-#define RS_NODES_MAX 64
-unsigned rs__cluster_slot(const char *key, size_t len); /* CRC16 of the hash tag & 16383 */
-void rs__cluster_init(rs_client_t *c);                  /* the URL's nodes become the table */
-void rs__cluster_free(rs_client_t *c);
-/* (Re)loads the slot map with CLUSTER SLOTS from the first node that answers: always when
- * force, else only when a MOVED made it stale (at most every 100 ms). 0, RS_ECONN, RS_ESERVER. */
-int rs__cluster_refresh(rs_client_t *c, int force, long timeout_ms);
-void rs__cluster_stale(rs_client_t *c); /* a node failed: reload the map before next use */
-/* 1 if the last CLUSTER SLOTS showed only Redis >= 7.0 masters (and classic pub/sub is not
- * forced): waiters then take sharded wake-ups (notify_shard.c). */
-int rs__cluster_sharded(rs_client_t *c);
-/* The node serving key's slot (an index into the node table), -1 if unknown. */
-int rs__cluster_node_of(rs_client_t *c, const char *key, size_t len);
-int rs__cluster_node(rs_client_t *c, int idx, rs_node_t *out); /* 0 or -1 */
-int rs__cluster_nnodes(rs_client_t *c);
-/* The nodes that serve at least one slot, at most max of them. */
-int rs__cluster_masters(rs_client_t *c, int *idx, int max);
-/* A MOVED or ASK error: the node it names (added to the table), *ask set for ASK. MOVED
- * also updates the slot and marks the map stale. -1 if err is neither. */
-int rs__cluster_redirect(rs_client_t *c, const char *err, int *ask);
 
 /* ----- conn.c ------------------------------------------------------------------------ */
 typedef struct rs_conn {
@@ -241,6 +246,11 @@ int rs__conn_get_once(rs_client_t *c, int node, long budget_ms, rs_conn_t **out)
 /* An idle pooled connection to node (node < 0: to any), or NULL. */
 rs_conn_t *rs__conn_take_idle(rs_client_t *c, int node);
 void rs__conn_pool_free(rs_client_t *c);
+/* ----- cluster.c --------------------------------------------------------------------- */
+/* (Re)loads the slot map with CLUSTER SLOTS from the first node that answers: always when
+ * force, else only when a MOVED made it stale (at most every 100 ms). 0, RS_ECONN, RS_ESERVER. */
+int rs__cluster_refresh(rs_client_t *c, int force, long timeout_ms);
+
 /* ----- script.c ---------------------------------------------------------------------- */
 typedef struct rs_script {
     const char *name;
@@ -724,7 +734,7 @@ struct rs_client {
         rs_node_t hint;
     } sw;
 
-    /* cluster slot map (cluster.c) */
+    /* cluster slot map (slotmap.c; loaded by cluster.c) */
     struct {
         pthread_mutex_t mu;
         int inited, stale;

@@ -36,7 +36,7 @@
  * creates (a refusal, e.g. NOPERM, fails the wait with the server's words), so the first
  * queued attempt's wake-up cannot be missed.
  *
- * Concurrency: everything under nt.mu (lock order nt.mu, then cluster.c's cl.mu). The links'
+ * Concurrency: everything under nt.mu (lock order nt.mu, then slotmap.c's cl.mu). The links'
  * SSUBSCRIBE / SUNSUBSCRIBE are written to their sockets directly under nt.mu while the
  * thread reads, as notify.c does for watched channels.
  */

@@ -10,7 +10,7 @@
  * TRYAGAIN, MASTERDOWN) are waited out, all within timeout_ms; past it, RS_ECONN. Under
  * Sentinel, READONLY or MASTERDOWN means the master moved: the pool is invalidated
  * (rs__topo_changed) and the call re-sent to the current master. Under Cluster a call goes
- * to the master of its first key's slot (cluster.c); MOVED fixes the map and re-sends it
+ * to the master of its first key's slot (slotmap.c); MOVED fixes the map and re-sends it
  * there, ASK re-sends it once to the importing node behind ASKING, TRYAGAIN (keys of a slot
  * half migrated) and CLUSTERDOWN are waited out like LOADING. A call may
  * thus reach Redis twice; every mutating script recognises its call id, so that is harmless.

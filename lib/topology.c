@@ -11,7 +11,7 @@
  *                                  last); the node reached must say ROLE master (a sentinel
  *                                  may still name the old master for a moment during a
  *                                  failover: then the next sentinel is asked first).
- *   cluster  (redis-cluster://)    a node of cluster.c's table, chosen by the caller (the
+ *   cluster  (redis-cluster://)    a node of slotmap.c's table, chosen by the caller (the
  *                                  master of a key's slot) or in turn; nothing to check
  *                                  (MOVED/ASK replies redirect, see script.c).
  *   redlock  (redlock://)          master number node of the URL (redlock.c talks to each
