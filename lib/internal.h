@@ -269,6 +269,12 @@ void rs__notify_shard_stop(rs_client_t *c);
 void rs__notify_shard_forget(rs_client_t *c); /* in a fork child */
 
 /* ----- wait.c ------------------------------------------------------------------------ */
+/* A waiter registered with the notifier under acqid and, when acqid is sharded, listening
+ * on the sharded channel of key's hash tag too (rs__notify_shard_begin). 0 or an error (w
+ * then registered nowhere). rs__waiter_end undoes both. */
+int rs__waiter_begin(rs_client_t *c, rs_waiter_t *w, const char *acqid, const char *key,
+                     size_t klen);
+void rs__waiter_end(rs_client_t *c, rs_waiter_t *w);
 /* The outcome of one acquisition attempt, filled by a primitive's attempt(). */
 typedef struct rs_attempt {
     int granted;       /* 1: the caller holds it now */

@@ -19,6 +19,24 @@
 
 #include "internal.h"
 
+int rs__waiter_begin(rs_client_t *c, rs_waiter_t *w, const char *acqid, const char *key,
+                     size_t klen)
+{
+    int rc = rs__notify_begin(c, w, acqid, NULL);
+    if (rc != 0)
+        return rc;
+    if (key && acqid && rs__acq_sharded(acqid) &&
+        (rc = rs__notify_shard_begin(c, w, key, klen)) != 0)
+        rs__waiter_end(c, w);
+    return rc;
+}
+
+void rs__waiter_end(rs_client_t *c, rs_waiter_t *w)
+{
+    rs__notify_shard_end(c, w);
+    rs__notify_end(c, w);
+}
+
 int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, const char *acqid,
                      int try_only, uint64_t deadline_ns, rs_attempt_t *out)
 {
@@ -47,15 +65,9 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
             return rc;
     }
     rs_waiter_t w;
-    int rc = rs__notify_begin(c, &w, acqid, NULL);
+    int rc = rs__waiter_begin(c, &w, acqid, key, key ? strlen(key) : 0);
     if (rc != 0)
         return rc;
-    if (key && acqid && rs__acq_sharded(acqid) &&
-        (rc = rs__notify_shard_begin(c, &w, key, strlen(key))) != 0) {
-        rs__notify_shard_end(c, &w);
-        rs__notify_end(c, &w);
-        return rc;
-    }
     rs_lease_t *ql = NULL;
     uint64_t fence_floor = 0; /* highest fencing counter any busy answer showed */
     int queued = 0;
@@ -141,8 +153,7 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
         else
             rs__fail(c, rc, "%s", why); /* the wait's own error, not the cancel's */
     }
-    rs__notify_shard_end(c, &w);
-    rs__notify_end(c, &w);
+    rs__waiter_end(c, &w);
     return rc;
 }
 

@@ -202,13 +202,9 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
     rs_lease_t *ql = NULL;
     int registered = 0, resent = 0;
     uint64_t sent = 0;
-    rc = rs__notify_begin(c, &w, k.acqid, NULL);
-    if (rc == 0) {
-        registered = 1;
-        /* in a Cluster with sharded wake-ups, also the name's sharded channel */
-        if (rs__acq_sharded(k.acqid))
-            rc = rs__notify_shard_begin(c, &w, cv->h.key[0], cv->h.klen[0]);
-    }
+    /* in a Cluster with sharded wake-ups, also on the name's sharded channel */
+    rc = rs__waiter_begin(c, &w, k.acqid, cv->h.key[0], cv->h.klen[0]);
+    registered = rc == 0;
     if (rc == 0) {
         long long v = 0;
         unsigned sends = rs__eval_sends();
@@ -222,10 +218,8 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
         }
     }
     if (rc) {
-        if (registered) {
-            rs__notify_shard_end(c, &w);
-            rs__notify_end(c, &w);
-        }
+        if (registered)
+            rs__waiter_end(c, &w);
         atomic_fetch_sub(&mh->inside, 1);
         atomic_fetch_sub(&cv->h.inside, 1);
         rs__leave(c);
@@ -253,8 +247,7 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
         leave(&k);
         wrc = rs__fail(c, relrc, "%s", why);
     }
-    rs__notify_shard_end(c, &w);
-    rs__notify_end(c, &w);
+    rs__waiter_end(c, &w);
 
     if (relrc == 0 || relrc == RS_ELOST) {
         char why[512];
