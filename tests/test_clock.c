@@ -389,6 +389,15 @@ Test(clock, server_clock_forward_ends_leases_and_fencing_refuses_the_old_holder)
     cr_assert_eq(rs_mutex_lock(ma), 0);
     uint64_t fa = rs_mutex_fence(ma);
     cr_assert_eq(fenced_write(&store, name, fa), 1);
+    /* the grant makes a's watchdog write its holder record in a round that renews every
+     * lease: let that round pass before the jump, or it may renew a's lease on the jumped
+     * clock (a correct renewal, which would keep b out) */
+    char rec[96];
+    snprintf(rec, sizeof rec, "rs:{%s}:client", rs_client_id(a));
+    long long end = tu_mono_ms() + 10000;
+    while (ts_cmd_int(&s, "EXISTS %s", rec) != 1 && tu_mono_ms() < end)
+        tu_sleep_ms(5);
+    cr_assert_eq(ts_cmd_int(&s, "EXISTS %s", rec), 1, "a's first watchdog round did not come");
     ts_clock_set_ms(&k, JUMP_MS);
     /* the server's clock says 10 minutes passed: a's 3 s lease is over in Redis */
     int rc = rs_mutex_trylock(mb);
