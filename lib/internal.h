@@ -20,8 +20,9 @@
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
  *   hold.c, handle.c, holdobj.c  owner identity, what a thread holds, handles, hold objects
  *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
- * Still pointing up: topology.c pokes notify.c when the master moves, redlock.c calls
- * handle.c's call helpers, and handle.c takes client references through client.c.
+ * Still pointing up: redlock.c calls handle.c's call helpers, and handle.c takes client
+ * references through client.c. (topology.c tells the notifier that the master moved through
+ * c->topo_hook, which client.c sets.)
  * A primitive (primitives/NAME/) builds its keys, runs its script through rs__eval, keeps
  * its holds alive with rs__watch_add and waits with rs__wait_acquire. lib/ never names a
  * primitive.

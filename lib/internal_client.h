@@ -40,6 +40,9 @@ struct rs_client {
 
     /* topology (topology.c) */
     atomic_uint topo_gen;     /* bumped when the master moved */
+    /* called after a bump, so a layer above topology.c reacts without topology.c naming it
+     * (client.c sets rs__notify_topology: the subscriber reconnects to the new master) */
+    void (*topo_hook)(rs_client_t *c);
     atomic_uint topo_next;    /* the sentinel to ask first */
     struct {                  /* the +switch-master watcher (sentinel mode) */
         pthread_mutex_t mu;

@@ -52,7 +52,8 @@ void rs__topo_changed(rs_client_t *c)
     if (c->ep.mode == RS_MODE_SENTINEL) {
         atomic_fetch_add(&c->topo_gen, 1);
         rs__log(c, RS_LOG_INFO, "topology changed: reconnecting to the current master");
-        rs__notify_topology(c);
+        if (c->topo_hook)
+            c->topo_hook(c);
     }
 }
 
