@@ -240,6 +240,9 @@ int rs__notify_watch(rs_client_t *c, const char *channel);
 void rs__notify_unwatch(rs_client_t *c, const char *channel);
 /* Sleeps until a wake-up or until_ns. Returns RS_WAKE_*; msg is valid after RS_WAKE_MSG. */
 int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns);
+/* Copies w's msg under the notifier's lock: the payload of a topic waiter's last message (the
+ * notifier may write it again while the waiter reads). */
+void rs__notify_msg(rs_client_t *c, rs_waiter_t *w, char *buf, size_t len);
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w);
 void rs__notify_poke(rs_client_t *c, rs_waiter_t *w, int wake);
 void rs__notify_cancel_all(rs_client_t *c);

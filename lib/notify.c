@@ -72,13 +72,18 @@ static struct rs_watch *watch_find(rs_client_t *c, const char *channel)
     return NULL;
 }
 
-/* A message on a watched channel: wake every waiter of that topic. */
-static void dispatch_topic(rs_client_t *c, const char *channel)
+/* A message on a watched channel: wake every waiter of that topic, the payload in its msg
+ * (rs__notify_msg reads it; a later message replaces an unread one). */
+static void dispatch_topic(rs_client_t *c, const char *channel, const char *payload, size_t len)
 {
     pthread_mutex_lock(&c->nt.mu);
     for (rs_waiter_t *w = c->nt.head; w; w = w->next)
-        if (w->topic && strcmp(w->topic, channel) == 0)
+        if (w->topic && strcmp(w->topic, channel) == 0) {
+            size_t n = len < sizeof w->msg ? len : sizeof w->msg - 1;
+            memcpy(w->msg, payload, n);
+            w->msg[n] = '\0';
             rs__notify_poke_locked(w, RS_WAKE_MSG);
+        }
     pthread_mutex_unlock(&c->nt.mu);
 }
 
@@ -266,7 +271,7 @@ static void *notify_main(void *arg)
                     if (strcmp(chan, c->channel) == 0)
                         rs__notify_dispatch(c, r->element[2]->str, r->element[2]->len);
                     else
-                        dispatch_topic(c, chan);
+                        dispatch_topic(c, chan, r->element[2]->str, r->element[2]->len);
                 } else if (strcmp(kind, "subscribe") == 0) {
                     confirmed(c, lk, chan);
                 }
@@ -402,6 +407,13 @@ int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns)
         w->wake = RS_WAKE_NONE;
     pthread_mutex_unlock(&c->nt.mu);
     return wake;
+}
+
+void rs__notify_msg(rs_client_t *c, rs_waiter_t *w, char *buf, size_t len)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    snprintf(buf, len, "%s", w->msg);
+    pthread_mutex_unlock(&c->nt.mu);
 }
 
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w)

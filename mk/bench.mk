@@ -25,6 +25,12 @@
 #                     the mutex's handoff and one round trip in the same run, with issue 14's
 #                     target as PASS/MISS (bench/cond/cond.c); COND_ARGS='ROUNDS'
 #
+#   make bench        also runs build/redisync-bench-fanout (or alone: make bench-fanout):
+#                     the condition's broadcast to 1, 10 and 100 waiters (calls in the script,
+#                     messages, commands per waiter) and barrier generations of 2, 8 and 32
+#                     parties (script calls, messages, time), with issue 14's targets as
+#                     PASS/MISS (bench/fanout/fanout.c); FANOUT_ARGS='ROUNDS GENS'
+#
 #   make bench        also runs build/redisync-bench-tls (or alone: make bench-tls): PING and
 #                     uncontended lock+unlock over plain and TLS, a new TLS connection with a
 #                     full handshake against a resumed session, a bare OpenSSL client sending
@@ -55,6 +61,7 @@ PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
 .PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls \
         bench-cluster bench-cond
+.PHONY: bench-fanout
 
 # The one-program benchmarks: bench/DIR/DIR.c builds BIN, which make bench-DIR runs with
 # $(ARGSVAR) (default DEFAULT). $(call small_bench,DIR,BIN,ARGSVAR,DEFAULT)
@@ -76,9 +83,11 @@ $(eval $(call small_bench,redlock,$(BUILDDIR)/redisync-redlock,REDLOCK_ARGS,4 2 
 $(eval $(call small_bench,cluster,$(BUILDDIR)/redisync-bench-cluster,CLUSTER_ARGS,3 8))
 $(eval $(call small_bench,tls,$(BUILDDIR)/redisync-bench-tls,TLSB_ARGS,4000))
 $(eval $(call small_bench,cond,$(BUILDDIR)/redisync-bench-cond,COND_ARGS,300))
+$(eval $(call small_bench,fanout,$(BUILDDIR)/redisync-bench-fanout,FANOUT_ARGS,5 50))
 
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
 bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster bench-cond
+bench: bench-fanout
 
 bench-contention: | deps
 	@sh bench/deps.sh
@@ -102,4 +111,4 @@ $(STORM_BIN): $(STORM_OBJS) $(SUPPORT_OBJS) $(LIB_A)
 	$(LINK_PROG) -o $@ $(STORM_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
 
 -include $(STORM_OBJS:.o=.d) $(HOLDS_OBJS:.o=.d) $(MEMORY_OBJS:.o=.d) $(TLSB_OBJS:.o=.d) \
-         $(wildcard $(OBJ)/bench/cond/*.d)
+         $(wildcard $(OBJ)/bench/cond/*.d) $(wildcard $(OBJ)/bench/fanout/*.d)

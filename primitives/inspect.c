@@ -90,6 +90,9 @@ RS_API int rs_inspect(rs_client_t *c, const char *kind, const char *name, rs_inf
 
 RS_API int rs_force_release(rs_client_t *c, const char *kind, const char *name)
 {
+    if (kind && strcmp(kind, "barrier") == 0) /* (its script has no "force") */
+        return rs__fail(c, EINVAL, "a barrier has no holds to release (a party that gives up "
+                        "withdraws its arrival itself)");
     redisReply *r;
     int rc = run_op(c, kind, name, "force", &r);
     if (rc == 0 && r) {

@@ -11,6 +11,10 @@
  *                                 last party arrives: it never returns ETIMEDOUT once
  *                                 counted in a generation that tripped, and a generation
  *                                 never trips with a party that returned ETIMEDOUT
+ *   one_call_per_party            three parties on three clients, 20 generations: the server
+ *                                 counts one script call per party and one PUBLISH per
+ *                                 generation, and no SUBSCRIBE after the first (issue 14's
+ *                                 cost; the times are in `make bench-fanout`)
  *   bad_input                     NULLs, parties 0, another party count (EINVAL), a foreign
  *                                 key (RS_ESERVER), destroy while waiting (EBUSY)
  */
@@ -127,6 +131,60 @@ static rs_barrier_t *barrier_of(rs_client_t *c, const char *name, unsigned n)
     rs_barrier_t *b = NULL;
     cr_assert_eq(rs_barrier_init(&b, c, name, n), 0, "%s", rs_client_lasterror(c));
     return b;
+}
+
+#define CP 3
+#define CGENS 20
+
+static void *gens_main(void *arg)
+{
+    waiter_t *w = arg;
+    for (int g = 0; g < CGENS && (w->rc == 0 || w->rc == RS_BARRIER_SERIAL); g++)
+        w->rc = rs_barrier_wait(w->b);
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+Test(barrier, one_call_per_party)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c[CP];
+    waiter_t w[CP];
+    pthread_t th[CP];
+    for (int i = 0; i < CP; i++) {
+        c[i] = tu_open_client(&s, 2000, 0, NULL);
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].b = barrier_of(c[i], "cost", CP);
+    }
+    /* a first generation subscribes every client to the barrier's channel */
+    for (int i = 0; i < CP; i++)
+        pthread_create(&th[i], NULL, wait_main, &w[i]);
+    for (int i = 0; i < CP; i++)
+        pthread_join(th[i], NULL);
+    long long e0 = ts_info_ll(&s, "commandstats", "cmdstat_evalsha", "calls");
+    long long p0 = ts_info_ll(&s, "commandstats", "cmdstat_publish", "calls");
+    long long s0 = ts_info_ll(&s, "commandstats", "cmdstat_subscribe", "calls");
+    for (int i = 0; i < CP; i++) {
+        w[i].rc = 0;
+        pthread_create(&th[i], NULL, gens_main, &w[i]);
+    }
+    for (int i = 0; i < CP; i++) {
+        pthread_join(th[i], NULL);
+        cr_expect(w[i].rc == 0 || w[i].rc == RS_BARRIER_SERIAL, "party %d: %d", i, w[i].rc);
+    }
+    long long e1 = ts_info_ll(&s, "commandstats", "cmdstat_evalsha", "calls");
+    long long p1 = ts_info_ll(&s, "commandstats", "cmdstat_publish", "calls");
+    long long s1 = ts_info_ll(&s, "commandstats", "cmdstat_subscribe", "calls");
+    cr_expect_eq(e1 - e0, CP * CGENS, "%lld script calls for %d generations of %d parties",
+                 e1 - e0, CGENS, CP);
+    cr_expect_eq(p1 - p0, CGENS, "%lld PUBLISH for %d generations", p1 - p0, CGENS);
+    cr_expect_eq(s1, s0, "%lld SUBSCRIBE during the generations", s1 - s0);
+    for (int i = 0; i < CP; i++) {
+        cr_expect_eq(rs_barrier_destroy(w[i].b), 0);
+        rs_client_close(c[i]);
+    }
+    ts_server_stop(&s);
 }
 
 Test(barrier, timed_out_party_withdrawn)

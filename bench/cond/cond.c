@@ -3,11 +3,15 @@
  * signal -> woken waiter holding the mutex, median, at most the mutex's handoff plus one
  * round trip, measured in the same run).
  *
- * One redis-server, two clients (the signaller's and the waiter's), and in the same run:
- *   rtt       one round trip: rs_cond_signal with nobody waiting (one EVALSHA, the script's
- *             shortest path)
- *   lock      one uncontended rs_mutex_lock (one EVALSHA of the mutex's acquire, and the
- *             hold's registration): the round trip a woken waiter makes; unlocked untimed
+ * One redis-server, two clients (the signaller's and the waiter's). Every round measures
+ * each case once, in this order, so that the load of a shared machine, which changes from
+ * second to second, weighs on all of them alike (medians of separate blocks of rounds
+ * differed by 2x from block to block on a loaded VM):
+ *   ping      one raw round trip: PING on a plain hiredis connection
+ *   rtt       one library round trip: rs_cond_signal with nobody waiting (one EVALSHA, the
+ *             script's shortest path)
+ *   lock      one uncontended rs_mutex_lock (the mutex's fast path: one EVALSHA, and the
+ *             hold's registration): what a woken waiter sends; unlocked untimed
  *   handoff   the mutex's handoff: the holder calls rs_mutex_unlock -> the waiter blocked in
  *             rs_mutex_lock (queued) returns holding it
  *   signal    the waiter sleeps in rs_cond_wait (queued, the mutex released); the signaller,
@@ -15,10 +19,14 @@
  *             holding the mutex
  *   signal+unlock  the same, with the signaller holding the mutex: rs_cond_signal then
  *             rs_mutex_unlock (the pthread habit) -> the waiter's wait returns holding it
- * Each case runs ROUNDS times after WARMUP; medians and 99th percentiles in us, and the
- * verdict of the target for both signal cases.
- * Usage: redisync-bench-cond [ROUNDS]
+ * Before handoff and signal the waiter is seen queued in Redis and then left SETTLE us (50)
+ * to fall asleep, so that both start from a sleeping waiter. Medians and 99th percentiles in
+ * us over ROUNDS rounds after WARMUP, the median of the per-round difference signal -
+ * handoff (what the wake-up costs beyond a handoff: the waiter's re-acquisition), and the
+ * target's verdict: signal <= handoff + ping (PASS/MISS), also shown against rtt.
+ * Usage: redisync-bench-cond [ROUNDS [SETTLE]]
  */
+#include <hiredis.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,6 +39,8 @@
 #include "redisync.h"
 
 #define WARMUP 20
+
+enum { C_PING, C_RTT, C_LOCK, C_HAND, C_SIG, C_SIGU, C_DIFF, NCASES };
 
 static long long now_ns(void)
 {
@@ -52,64 +62,87 @@ static double q_us(long long *v, int n, double q)
     return (double)v[i] / 1000.0;
 }
 
+/* The waiter thread, told what to do by the main thread one round at a time. */
 typedef struct shared {
-    rs_mutex_t *m;    /* the waiter's handle */
+    rs_mutex_t *m; /* the waiter's handle */
     rs_cond_t *cv;
-    int mode;         /* 0: lock (handoff), 1: cond wait */
-    int rounds;
-    atomic_int go;    /* round number the waiter may start */
-    atomic_llong t1;  /* when the waiter's call returned */
-    atomic_int back;  /* rounds the waiter finished (signalled on cv_back: the main thread
-                         sleeps, so that it takes no CPU from the path it measures) */
     pthread_mutex_t mu;
-    pthread_cond_t cv_back;
+    pthread_cond_t cv_go, cv_back;
+    int go;         /* round the waiter may start (0: none yet, -1: exit) */
+    int mode;       /* of that round: 0 lock (handoff), 1 cond wait */
+    int back;       /* rounds the waiter finished */
+    long long t1;   /* when the waiter's call returned */
     atomic_int errors;
 } shared_t;
 
 static void *waiter(void *arg)
 {
     shared_t *sh = arg;
-    for (int r = 1; r <= sh->rounds; r++) {
-        while (atomic_load(&sh->go) < r)
-            sched_yield();
-        int rc;
-        if (sh->mode == 0) {
-            rc = rs_mutex_lock(sh->m); /* blocks: the main thread holds it */
-        } else {
-            rc = rs_mutex_lock(sh->m);
-            if (rc == 0)
-                rc = rs_cond_wait(sh->cv, sh->m);
-        }
-        atomic_store(&sh->t1, now_ns());
+    for (int r = 1;; r++) {
+        pthread_mutex_lock(&sh->mu);
+        while (sh->go != -1 && sh->go < r)
+            pthread_cond_wait(&sh->cv_go, &sh->mu);
+        int mode = sh->mode, stop = sh->go == -1;
+        pthread_mutex_unlock(&sh->mu);
+        if (stop)
+            return NULL;
+        int rc = rs_mutex_lock(sh->m); /* mode 0: blocks, the main thread holds it */
+        if (rc == 0 && mode == 1)
+            rc = rs_cond_wait(sh->cv, sh->m);
+        long long t1 = now_ns();
         if (rc != 0 || rs_mutex_fence(sh->m) == 0)
             atomic_fetch_add(&sh->errors, 1);
         rs_mutex_unlock(sh->m);
         pthread_mutex_lock(&sh->mu);
-        atomic_store(&sh->back, r);
+        sh->t1 = t1;
+        sh->back = r;
         pthread_cond_signal(&sh->cv_back);
         pthread_mutex_unlock(&sh->mu);
     }
-    return NULL;
 }
 
-/* Polls Redis until the integer reply of "VERB KEY [FIELD]" is want. */
-static void await_int(const ts_server_t *s, long long want, const char *verb, const char *key,
-                      const char *field)
+static void start_round(shared_t *sh, int r, int mode)
 {
-    for (int i = 0; i < 200000; i++) {
-        long long v = field ? ts_cmd_int(s, "%s %s %s", verb, key, field)
-                            : ts_cmd_int(s, "%s %s", verb, key);
+    pthread_mutex_lock(&sh->mu);
+    sh->go = r;
+    sh->mode = mode;
+    pthread_cond_signal(&sh->cv_go);
+    pthread_mutex_unlock(&sh->mu);
+}
+
+/* Sleeps until the waiter finished round r; when its call returned. */
+static long long end_round(shared_t *sh, int r)
+{
+    pthread_mutex_lock(&sh->mu);
+    while (sh->back < r)
+        pthread_cond_wait(&sh->cv_back, &sh->mu);
+    long long t1 = sh->t1;
+    pthread_mutex_unlock(&sh->mu);
+    return t1;
+}
+
+/* Polls Redis on ctx until the integer reply of the command is want (50 us apart). */
+static int await_int(redisContext *ctx, long long want, const char *cmd)
+{
+    for (int i = 0; i < 100000; i++) {
+        redisReply *rep = redisCommand(ctx, cmd);
+        if (!rep)
+            return -1;
+        long long v = rep->type == REDIS_REPLY_INTEGER ? rep->integer : -1;
+        freeReplyObject(rep);
         if (v == want)
-            return;
+            return 0;
         usleep(50);
     }
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 300;
-    if (rounds < 10) {
-        fprintf(stderr, "usage: redisync-bench-cond [ROUNDS >= 10]\n");
+    int settle_us = argc > 2 ? atoi(argv[2]) : 50;
+    if (rounds < 10 || settle_us < 0) {
+        fprintf(stderr, "usage: redisync-bench-cond [ROUNDS >= 10 [SETTLE_US]]\n");
         return 2;
     }
     int total = rounds + WARMUP;
@@ -127,102 +160,105 @@ int main(int argc, char **argv)
     }
     rs_mutex_t *m1, *m2;
     rs_cond_t *cv1, *cv2, *idle;
-    if (rs_mutex_init(&m1, c1, "bc") || rs_mutex_init(&m2, c2, "bc") ||
+    redisContext *raw = ts_connect(&s);
+    if (!raw || rs_mutex_init(&m1, c1, "bc") || rs_mutex_init(&m2, c2, "bc") ||
         rs_cond_init(&cv1, c1, "bcv") || rs_cond_init(&cv2, c2, "bcv") ||
         rs_cond_init(&idle, c1, "idle")) {
         fprintf(stderr, "bench-cond: init: %s\n", rs_client_lasterror(c1));
         return 1;
     }
-    long long *rtt = calloc((size_t)total, sizeof(long long));
-    long long *hand = calloc((size_t)total, sizeof(long long));
-    long long *sig = calloc((size_t)total, sizeof(long long));
-    long long *sigu = calloc((size_t)total, sizeof(long long));
-    long long *lk = calloc((size_t)total, sizeof(long long));
-    if (!rtt || !hand || !sig || !sigu || !lk)
-        return 1;
+    long long *v[NCASES];
+    for (int i = 0; i < NCASES; i++)
+        if (!(v[i] = calloc((size_t)total, sizeof(long long))))
+            return 1;
 
-    /* rtt: interleaved through the other cases' rounds would disturb them; its own loop */
-    for (int i = 0; i < total; i++) {
+    shared_t sh = {.m = m2, .cv = cv2};
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_cond_init(&sh.cv_go, NULL);
+    pthread_cond_init(&sh.cv_back, NULL);
+    pthread_t th;
+    pthread_create(&th, NULL, waiter, &sh);
+    int r = 0, fail = 0;
+    for (int i = 0; i < total && !fail; i++) {
         long long t0 = now_ns();
-        if (rs_cond_signal(idle) != 0)
-            return 1;
-        rtt[i] = now_ns() - t0;
+        redisReply *rep = redisCommand(raw, "PING");
+        v[C_PING][i] = now_ns() - t0;
+        fail |= !rep;
+        freeReplyObject(rep);
+
         t0 = now_ns();
-        if (rs_mutex_lock(m1) != 0)
-            return 1;
-        lk[i] = now_ns() - t0;
+        fail |= rs_cond_signal(idle) != 0;
+        v[C_RTT][i] = now_ns() - t0;
+
+        t0 = now_ns();
+        fail |= rs_mutex_lock(m1) != 0;
+        v[C_LOCK][i] = now_ns() - t0;
         rs_mutex_unlock(m1);
-    }
 
-    /* handoff, then the two signal cases, each with a fresh waiter thread */
-    for (int mode = 0; mode < 3; mode++) {
-        shared_t sh = {.m = m2, .cv = cv2, .mode = mode == 0 ? 0 : 1, .rounds = total};
-        pthread_mutex_init(&sh.mu, NULL);
-        pthread_cond_init(&sh.cv_back, NULL);
-        pthread_t th;
-        if (mode == 0 && rs_mutex_lock(m1) != 0)
-            return 1;
-        pthread_create(&th, NULL, waiter, &sh);
-        for (int r = 1; r <= total; r++) {
-            atomic_store(&sh.go, r);
-            long long t0;
-            if (mode == 0) {
-                /* the waiter is queued on the mutex */
-                await_int(&s, 1, "ZCARD", "rs:{bc}:mutex:q", NULL);
-                t0 = now_ns();
+        /* handoff: the waiter queues on the mutex the main thread holds */
+        fail |= rs_mutex_lock(m1) != 0;
+        start_round(&sh, ++r, 0);
+        fail |= await_int(raw, 1, "ZCARD rs:{bc}:mutex:q") != 0;
+        usleep((useconds_t)settle_us);
+        t0 = now_ns();
+        rs_mutex_unlock(m1);
+        v[C_HAND][i] = end_round(&sh, r) - t0;
+
+        /* signal, then signal + unlock: the waiter is queued on the condition and has
+         * released the mutex */
+        for (int u = 0; u < 2; u++) {
+            start_round(&sh, ++r, 1);
+            fail |= await_int(raw, 1, "ZCARD rs:{bcv}:cond") != 0;
+            fail |= await_int(raw, 0, "HEXISTS rs:{bc}:mutex o") != 0;
+            usleep((useconds_t)settle_us);
+            if (u)
+                fail |= rs_mutex_lock(m1) != 0;
+            t0 = now_ns();
+            rs_cond_signal(cv1);
+            if (u)
                 rs_mutex_unlock(m1);
-            } else {
-                /* the waiter is queued on the condition and has released the mutex */
-                await_int(&s, 1, "ZCARD", "rs:{bcv}:cond", NULL);
-                await_int(&s, 0, "HEXISTS", "rs:{bc}:mutex", "o");
-                if (mode == 1) {
-                    t0 = now_ns();
-                    rs_cond_signal(cv1);
-                } else {
-                    rs_mutex_lock(m1);
-                    t0 = now_ns();
-                    rs_cond_signal(cv1);
-                    rs_mutex_unlock(m1);
-                }
-            }
-            pthread_mutex_lock(&sh.mu);
-            while (atomic_load(&sh.back) < r)
-                pthread_cond_wait(&sh.cv_back, &sh.mu);
-            pthread_mutex_unlock(&sh.mu);
-            long long d = atomic_load(&sh.t1) - t0;
-            (mode == 0 ? hand : mode == 1 ? sig : sigu)[r - 1] = d;
-            if (mode == 0 && r < total)
-                rs_mutex_lock(m1); /* hold it again for the next round */
+            v[u ? C_SIGU : C_SIG][i] = end_round(&sh, r) - t0;
         }
-        pthread_join(th, NULL);
-        if (atomic_load(&sh.errors)) {
-            fprintf(stderr, "bench-cond: %d rounds failed: %s\n", atomic_load(&sh.errors),
-                    rs_client_lasterror(c2));
-            return 1;
-        }
+        v[C_DIFF][i] = v[C_SIG][i] - v[C_HAND][i];
+    }
+    pthread_mutex_lock(&sh.mu);
+    sh.go = -1;
+    pthread_cond_signal(&sh.cv_go);
+    pthread_mutex_unlock(&sh.mu);
+    pthread_join(th, NULL);
+    if (fail || atomic_load(&sh.errors)) {
+        fprintf(stderr, "bench-cond: %d rounds failed: %s\n", atomic_load(&sh.errors),
+                rs_client_lasterror(c2));
+        return 1;
     }
 
-    double r50 = q_us(rtt + WARMUP, rounds, 0.5), r99 = q_us(rtt + WARMUP, rounds, 0.99);
-    double l50 = q_us(lk + WARMUP, rounds, 0.5), l99 = q_us(lk + WARMUP, rounds, 0.99);
-    double h50 = q_us(hand + WARMUP, rounds, 0.5), h99 = q_us(hand + WARMUP, rounds, 0.99);
-    double s50 = q_us(sig + WARMUP, rounds, 0.5), s99 = q_us(sig + WARMUP, rounds, 0.99);
-    double u50 = q_us(sigu + WARMUP, rounds, 0.5), u99 = q_us(sigu + WARMUP, rounds, 0.99);
-    printf("bench-cond: %d rounds each (after %d warm-up), one redis-server, two clients\n",
-           rounds, WARMUP);
+    static const char *const label[NCASES] = {
+        "ping: one raw round trip (PING)",
+        "rtt: rs_cond_signal, nobody waiting (one EVALSHA)",
+        "lock: one uncontended rs_mutex_lock",
+        "handoff: unlock called -> waiter's lock returns",
+        "signal -> wait returns holding the mutex",
+        "signal + unlock (under the mutex) -> wait returns",
+        "signal - handoff, per round (the re-acquisition)",
+    };
+    double med[NCASES];
+    printf("bench-cond: %d rounds (after %d warm-up), every case once per round, one "
+           "redis-server, two clients\n", rounds, WARMUP);
     printf("%-58s %9s %9s\n", "", "median", "p99");
-    printf("%-58s %6.1f us %6.1f us\n", "rtt: one round trip (signal, nobody waiting)", r50, r99);
-    printf("%-58s %6.1f us %6.1f us\n", "lock: one uncontended rs_mutex_lock", l50, l99);
-    printf("%-58s %6.1f us %6.1f us\n", "handoff: unlock called -> waiter's lock returns", h50,
-           h99);
-    printf("%-58s %6.1f us %6.1f us\n", "signal -> wait returns holding the mutex", s50, s99);
-    printf("%-58s %6.1f us %6.1f us\n", "signal + unlock (under the mutex) -> wait returns", u50,
-           u99);
-    double target = h50 + r50, target_l = h50 + l50;
-    printf("target: median <= handoff + rtt = %.1f us: signal %.1f us %s, signal + unlock "
-           "%.1f us %s\n",
-           target, s50, s50 <= target ? "PASS" : "MISS", u50, u50 <= target ? "PASS" : "MISS");
-    printf("        median <= handoff + lock = %.1f us: signal %s, signal + unlock %s\n",
-           target_l, s50 <= target_l ? "PASS" : "MISS", u50 <= target_l ? "PASS" : "MISS");
+    for (int i = 0; i < NCASES; i++) {
+        med[i] = q_us(v[i] + WARMUP, rounds, 0.5);
+        printf("%-58s %6.1f us %6.1f us\n", label[i], med[i],
+               q_us(v[i] + WARMUP, rounds, 0.99));
+    }
+    double target = med[C_HAND] + med[C_PING], target_r = med[C_HAND] + med[C_RTT];
+    printf("target: signal median <= handoff + one round trip (ping) = %.1f us: signal "
+           "%.1f us %s, signal + unlock %.1f us %s\n", target, med[C_SIG],
+           med[C_SIG] <= target ? "PASS" : "MISS", med[C_SIGU],
+           med[C_SIGU] <= target ? "PASS" : "MISS");
+    printf("        (against handoff + rtt = %.1f us: signal %s; the re-acquisition %.1f us "
+           "against lock %.1f us)\n", target_r, med[C_SIG] <= target_r ? "PASS" : "MISS",
+           med[C_DIFF], med[C_LOCK]);
+    redisFree(raw);
     rs_cond_destroy(cv1);
     rs_cond_destroy(cv2);
     rs_cond_destroy(idle);
@@ -231,10 +267,7 @@ int main(int argc, char **argv)
     rs_client_close(c1);
     rs_client_close(c2);
     ts_server_stop(&s);
-    free(rtt);
-    free(hand);
-    free(sig);
-    free(sigu);
-    free(lk);
+    for (int i = 0; i < NCASES; i++)
+        free(v[i]);
     return 0;
 }

@@ -2,11 +2,16 @@
  * barrier.c - rs_barrier_t, the cyclic barrier across processes (the C side of barrier.lua;
  * issue 14).
  *
- * A barrier holds nothing, so, like the latch, it uses none of the hold machinery: wait is
- * one "arrive" (under a fresh acquisition id, which makes a retried call idempotent), and,
- * unless that call tripped the generation, rs__wait_event on the barrier's own channel (the
- * key PREFIX:{NAME}:barrier) until the generation has moved past the one it arrived in: one
- * PUBLISH per trip wakes every client. A timed wait that runs out withdraws its arrival in
+ * A barrier holds nothing, so, like the latch, it uses none of the hold machinery: wait
+ * watches the barrier's own channel (the key PREFIX:{NAME}:barrier; subscribed at the
+ * handle's first wait and kept until rs_barrier_destroy, so that a generation costs no
+ * SUBSCRIBE), then makes one "arrive" (under a fresh
+ * acquisition id, which makes a retried call idempotent), and, unless that call tripped the
+ * generation, sleeps until the generation has moved past the one it arrived in: one PUBLISH
+ * per trip, carrying the new generation, wakes every client. Watching before arriving means
+ * the trip's message cannot be missed, and the message's generation says the trip is ours, so
+ * a generation of P parties costs P script calls; a "get" is asked only when the message
+ * could have been lost (the subscriber reconnected), or every third of the keys' TTL. A timed wait that runs out withdraws its arrival in
  * one script call, which also says whether the generation had tripped with it counted: then
  * the wait returns 0 (or RS_BARRIER_SERIAL), never ETIMEDOUT, so a generation never trips
  * with a party that returned ETIMEDOUT and a counted party never times out.
@@ -15,6 +20,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "internal.h"
 #include "scripts.h"
@@ -22,6 +28,7 @@
 struct rs_barrier {
     rs_handle_t h;
     unsigned parties;
+    atomic_int kept; /* the handle keeps its own watch of the channel (until destroy) */
 };
 
 static const char *const barrier_keys[] = {NULL, "in", "out"};
@@ -105,7 +112,7 @@ typedef struct barrier_wait {
     long long gen;
 } barrier_wait_t;
 
-/* rs__wait_event's check: 0 the generation tripped, 1 not yet, -error. */
+/* 0 the generation tripped, 1 not yet, -error. */
 static int check_tripped(void *arg)
 {
     barrier_wait_t *w = arg;
@@ -146,6 +153,40 @@ static int withdraw(rs_barrier_t *b, const char *acqid, int rc)
     return rs__fail(b->h.c, rc, "%s", why);
 }
 
+/* Sleeps on w (registered on the barrier's channel, watched before the arrival in gen)
+ * until the generation tripped (0), the deadline (ETIMEDOUT), close (ECANCELED) or an error. */
+static int sleep_trip(rs_barrier_t *b, rs_waiter_t *w, long long gen, uint64_t deadline)
+{
+    rs_client_t *c = b->h.c;
+    barrier_wait_t bw = {b, gen};
+    for (;;) {
+        uint64_t until = rs__now_ns() + (uint64_t)(BARRIER_TTL_MS / 3) * RS_NS_PER_MS;
+        if (until > deadline)
+            until = deadline;
+        int wake = rs__notify_sleep(c, w, until), r;
+        if (wake == RS_WAKE_MSG) {
+            char msg[sizeof w->msg], *end;
+            rs__notify_msg(c, w, msg, sizeof msg);
+            long long g = strtoll(msg, &end, 10);
+            if (end != msg && *end == '\0' && g > gen)
+                return 0; /* "G": generation G - 1 tripped, so every one before it did */
+            if (end != msg && *end == '\0')
+                continue; /* an earlier trip's message, delivered after we watched */
+            r = check_tripped(&bw); /* not a generation: ask */
+        } else if (wake == RS_WAKE_CANCEL) {
+            return rs__fail(c, ECANCELED, "the client is closing");
+        } else if (wake == RS_WAKE_TIMEOUT && rs__now_ns() >= deadline) {
+            r = check_tripped(&bw);
+            if (r > 0)
+                return rs__fail(c, ETIMEDOUT, "deadline passed while waiting");
+        } else {
+            r = check_tripped(&bw); /* a reconnect (messages may be lost), or the recheck */
+        }
+        if (r <= 0)
+            return -r;
+    }
+}
+
 static int waited(rs_barrier_t *b, const struct timespec *abstime)
 {
     uint64_t deadline = RS_NO_DEADLINE;
@@ -153,12 +194,25 @@ static int waited(rs_barrier_t *b, const struct timespec *abstime)
     if (rc)
         return rc;
     atomic_fetch_add(&b->h.inside, 1);
+    rs_client_t *c = b->h.c;
     rs_call_t k;
     barrier_call(&k, b, NULL);
     char acqid[RS_ACQID_MAX];
     snprintf(acqid, sizeof acqid, "%s", k.acqid);
     redisReply *r;
-    if ((rc = rs__call_run(&k, "arrive", "t", &r)) == 0) {
+    /* watched before the arrival: the trip's message cannot slip between */
+    rs_waiter_t w;
+    int watching = 0;
+    rc = rs__notify_begin(c, &w, NULL, b->h.key[0]);
+    if (rc == 0) {
+        rc = rs__notify_watch(c, b->h.key[0]);
+        watching = rc == 0;
+        if (rc)
+            rs__notify_end(c, &w);
+        else if (!atomic_exchange(&b->kept, 1) && rs__notify_watch(c, b->h.key[0]) != 0)
+            atomic_store(&b->kept, 0); /* (confirmed already: only a reference more) */
+    }
+    if (rc == 0 && (rc = rs__call_run(&k, "arrive", "t", &r)) == 0) {
         long long v = el(r, 0), g = el(r, 1), s = el(r, 2);
         freeReplyObject(r);
         if (v == 1 || (v == 2 && s == 1)) {
@@ -166,9 +220,7 @@ static int waited(rs_barrier_t *b, const struct timespec *abstime)
         } else if (v == 2) {
             rc = 0;
         } else if (v == 0 && g >= 0) {
-            barrier_wait_t w = {b, g};
-            long recheck_ms = BARRIER_TTL_MS / 3;
-            rc = rs__wait_event(b->h.c, b->h.key[0], check_tripped, &w, recheck_ms, deadline);
+            rc = sleep_trip(b, &w, g, deadline);
             if (rc != 0)
                 rc = withdraw(b, acqid, rc);
         } else {
@@ -176,6 +228,10 @@ static int waited(rs_barrier_t *b, const struct timespec *abstime)
         }
     } else if (rc == ENOENT) {
         gone(b);
+    }
+    if (watching) {
+        rs__notify_unwatch(c, b->h.key[0]);
+        rs__notify_end(c, &w);
     }
     atomic_fetch_sub(&b->h.inside, 1);
     rs__leave(b->h.c);
@@ -196,5 +252,11 @@ RS_API int rs_barrier_timedwait(rs_barrier_t *b, const struct timespec *abstime)
 
 RS_API int rs_barrier_destroy(rs_barrier_t *b)
 {
-    return b ? rs__handle_free(&b->h) : 0;
+    if (!b)
+        return 0;
+    /* the handle's own watch goes first, unless the destroy is refused (a thread inside) or
+     * in a fork child (whose notifier state is only freed) */
+    if (atomic_load(&b->h.inside) == 0 && !rs__forked(b->h.c) && atomic_exchange(&b->kept, 0))
+        rs__notify_unwatch(b->h.c, b->h.key[0]);
+    return rs__handle_free(&b->h);
 }

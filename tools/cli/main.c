@@ -459,6 +459,11 @@ static int main_other(const char *sub, int argc, char **argv, opts_t *o)
     if (strcmp(o->kind, "barrier") == 0)
         return usage_error("release: a barrier has no holds (a party that gave up withdraws "
                            "its arrival itself)");
+    if (strcmp(o->kind, "cond") == 0)
+        return usage_error("release: a condition variable has no holds (its waiters hold "
+                           "nothing while they wait: the mutex they re-acquire is released "
+                           "with -k mutex; a waiter that died leaves the queue when its "
+                           "entry's lease runs out)");
     return run_release(o, name);
 }
 

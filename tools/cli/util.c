@@ -70,6 +70,7 @@ void print_help(FILE *f)
 "  %1$s [-u URL] info [-k KIND] NAME\n"
 "  %1$s [-u URL] list [PATTERN]\n"
 "  %1$s [-u URL] release --force -k KIND NAME\n"
+"                 (the kinds that hold: mutex, rmutex, rwlock, sem, once)\n"
 "\n"
 "Runs COMMAND while holding a distributed mutex, read or write lock, or semaphore permit\n"
 "kept in Redis, runs a command once fleet-wide, and manages countdown latches and barriers;\n"
