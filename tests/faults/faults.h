@@ -2,7 +2,9 @@
  * faults.h - what the parts of the fault-injection suite share (tests/faults/, one program:
  * build/redisync-faults; see mk/faults.mk and docs in main.c).
  *
- *   main.c     the driver: scenarios, processes, the fault schedule, phases, the table
+ *   main.c     the driver: the scenario table and the command line; its parts share
+ *              driver.h: procs.c (worker processes), schedule.c (the fault schedule),
+ *              phases.c (one scenario's deployment, phases and checks)
  *   inject.c   the faults themselves (processes and the data redis-server)
  *   worker.c   one worker process ("redisync-faults --worker ..."): critical sections on
  *              the data server, recorded on the checker (worker_sync.c: once and barrier;
