@@ -91,7 +91,8 @@ int rs__cluster_redirect(rs_client_t *c, const char *err, int *ask);
 
 /* ----- topology.c -------------------------------------------------------------------- */
 /* Where the next connection goes: single mode the URL's server; sentinel mode the master
- * named by the first sentinel that answers (each asked with timeout_ms); cluster mode node
+ * named by the first sentinel that answers (timeout_ms for the whole lookup, shared among the
+ * sentinels; the next lookup starts after the last one asked); cluster mode node
  * number node of slotmap.c's table (node < 0: any node, in turn). 0 or RS_ECONN with why
  * filled. */
 int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, char *why,
