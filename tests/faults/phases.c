@@ -38,23 +38,28 @@ void run_scenario(run_t *R)
     int64_t started = now_us();
     freeReplyObject(ck_cmd(R->ck, "FLUSHALL"));
     ts_server_t *rl[3] = {&R->data, &R->replica[0], &R->replica[1]};
-    int rc = sc->sentinel ? start_sentinel_topology(&R->data, R->replica, R->sent, FX_MASTER,
+    int rc = NET_IS_SPLIT(sc) ? split_start(R)
+             : sc->sentinel ? start_sentinel_topology(&R->data, R->replica, R->sent, FX_MASTER,
                                                     R->url, sizeof R->url, R->ports, sizeof R->ports)
              : sc->redlock ? start_redlock_masters(rl, R->url, sizeof R->url, R->ports, sizeof R->ports)
              : sc->tls ? start_tls_server(R)
              : sc->persist ? ts_server_start(&R->data, "--appendonly", "yes", "--appendfsync", "always", NULL)
                            : ts_server_start(&R->data, NULL);
-    if (!sc->sentinel && !sc->redlock && !sc->tls) {
+    if (!sc->sentinel && !sc->redlock && !sc->tls && !NET_IS_SPLIT(sc)) {
         snprintf(R->url, sizeof R->url, "%s", R->data.url);
         snprintf(R->ports, sizeof R->ports, "%d", R->data.port);
     }
-    if (rc == 0 && sc->net) { /* (the connmark rules before the workers' first SYN) */
+    if (rc == 0 && sc->net && !NET_IS_SPLIT(sc)) { /* (the connmark rules before the workers' first SYN) */
         int ports[3] = {R->data.port, R->replica[0].port, R->replica[1].port};
         rc = net_begin(sc, ports, sc->redlock ? 3 : 1, R->seed);
     }
     if (rc != 0) {
         fprintf(stderr, "faults: %s: cannot start the data server or its network\n", sc->name);
         res->setup_failed = 1;
+        if (NET_IS_SPLIT(sc)) {
+            net_end();
+            split_stop(R);
+        }
         return;
     }
     R->t0 = now_us();
@@ -89,8 +94,9 @@ void run_scenario(run_t *R)
         reap(R);
         int64_t now = now_us();
         if (now >= next) {
-            int k = sc->net ? net_tick(R->ck, &R->rng, res, R->last_detail, sizeof R->last_detail)
-                            : inject(R);
+            int k = NET_IS_SPLIT(sc) ? split_tick(R)
+                    : sc->net ? net_tick(R->ck, &R->rng, res, R->last_detail, sizeof R->last_detail)
+                              : inject(R);
             if (g_verbose && k >= 0)
                 printf("    %+8.3f s  %s%s\n", (double)(now_us() - R->t0) / 1e6, fault_names[k], R->last_detail);
             next = now_us() + (sc->net ? 10000 : rnd_range(&R->rng, 350, 900) * 1000);
@@ -107,7 +113,9 @@ void run_scenario(run_t *R)
     }
 
     /* quiet: faults stop, everything continues, every worker gets through twice more */
-    if (sc->net)
+    if (NET_IS_SPLIT(sc))
+        split_heal_all(R);
+    else if (sc->net)
         net_heal_all(R->ck);
     freeReplyObject(ck_cmd(R->ck, "EVAL %s 0", "for _, k in ipairs(redis.call('KEYS', 'cmd:*')) do redis.call('DEL', k) end"));
     for (int i = 0; i < sc->procs; i++) {
@@ -130,6 +138,8 @@ void run_scenario(run_t *R)
     until = quiet + QUIET_BOUND_US;
     for (;;) {
         reap(R);
+        if (NET_IS_SPLIT(sc))
+            split_poll(R);
         int all = 1;
         for (int i = 0; i < sc->procs && all; i++)
             all = slot_count(R, i) >= base[i] + 2;
@@ -174,6 +184,8 @@ void run_scenario(run_t *R)
         sleep_us(20000);
     }
 
+    if (NET_IS_SPLIT(sc))
+        split_end(R);
     if (sc->net)
         net_end();
     /* clean state: two leases after the last client closed, every key has a TTL */
@@ -181,6 +193,11 @@ void run_scenario(run_t *R)
     long keys = 0, no_ttl = 0;
     ts_server_t *scan[3] = {sc->sentinel ? current_master(&R->data, R->replica, R->sent, FX_MASTER) : &R->data, sc->redlock ? &R->replica[0] : NULL,
                             sc->redlock ? &R->replica[1] : NULL};
+    if (NET_IS_SPLIT(sc)) {
+        scan[0] = NULL;
+        if (split_scan(R, &keys, &no_ttl) != 0)
+            viol(res, V_I7, "cannot scan the data servers' keys");
+    }
     for (int i = 0; i < 3; i++) {
         long k1 = 0, n1 = 0;
         if (scan[i] && scan_ttls(scan[i], "fx", &k1, &n1) != 0)
@@ -212,6 +229,8 @@ void run_scenario(run_t *R)
         for (int i = 0; i < 2; i++)
             ts_server_stop(&R->replica[i]);
     }
+    if (NET_IS_SPLIT(sc))
+        split_stop(R);
     ts_server_stop(&R->data);
     if (sc->tls)
         tt_certs_free(&R->certs);
