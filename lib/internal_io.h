@@ -104,7 +104,7 @@ int rs__topo_check(rs_client_t *c, redisContext *ctx, const rs_node_t *node, cha
 /* A reply or a broken connection says the master moved: drop pooled connections. */
 void rs__topo_changed(rs_client_t *c);
 unsigned rs__topo_gen(rs_client_t *c);
-/* READONLY / MASTERDOWN outside single mode: the master moved, reconnect and retry. */
+/* READONLY / MASTERDOWN / NOREPLICAS under Sentinel: the master moved, reconnect and retry. */
 int rs__is_topology_error(const rs_client_t *c, const redisReply *r);
 /* Sentinel mode: the thread that follows +switch-master (started at open, stopped at close;
  * rs__topo_free releases what start set up). No-ops in other modes. */
@@ -184,7 +184,7 @@ int rs__script_load(rs_client_t *c, redisContext *ctx, const rs_script_t *s);
 /* Maps an error reply to a code and records its text. */
 int rs__reply_error(rs_client_t *c, const redisReply *r);
 int rs__is_noscript(const redisReply *r);
-/* LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN: wait and send again. */
+/* LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, NOREPLICAS: wait and send again. */
 int rs__is_transient(const redisReply *r);
 
 /* ----- keys.c ------------------------------------------------------------------------ */

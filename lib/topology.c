@@ -60,7 +60,10 @@ int rs__is_topology_error(const rs_client_t *c, const redisReply *r)
 {
     if (r->type != REDIS_REPLY_ERROR || c->ep.mode != RS_MODE_SENTINEL)
         return 0;
-    return strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0;
+    /* NOREPLICAS: a master cut off from its replicas, which the sentinels may have
+     * replaced already (split brain): ask them again */
+    return strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0 ||
+           strncmp(r->str, "NOREPLICAS", 10) == 0;
 }
 
 /* A connection to sentinel s within timeout_ms (TLS included). 0, or rs__dial's failure
