@@ -12,7 +12,13 @@
 #                         required); the data port dropped for everyone for 1-3 s every 4-6 s
 #                         (net-flap); on three Redlock masters, one worker cut from one master
 #                         for 1.5-2.5 leases (net-rl-part; net-rl-slowloss, delay + loss on
-#                         every master, runs only with --only: false loss reports remain).
+#                         every master, runs only with --only: false loss reports remain);
+#                         split brain (net_split.c): a Sentinel master (2 replicas, 3
+#                         sentinels) or a Cluster shard's master (3 masters + 3 replicas)
+#                         with workers w0-w2 cut from everything else for 8-10 s, longer
+#                         than the failover, then healed until the old master is a replica
+#                         (net-sentinel-split, net-cluster-split; min_replicas 1 and
+#                         min-replicas-to-write 1).
 #                         Invariants I1-I7 as in test-faults, plus the network figures (loss
 #                         detection, takeover, on_lost before the takeover, recovery). About 4
 #                         minutes on 2 cores. Needs root (ip netns, iptables);

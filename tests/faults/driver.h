@@ -59,6 +59,7 @@ typedef struct run {
     int64_t server_busy_until;
     slot_t slot[MAX_PROCS];
     int phase;                /* 0 warm/faults/quiet: respawn; 1 stop: no respawn */
+    int64_t fault_end;        /* when the faults phase ends (a split is not begun too late) */
     int64_t t0;
     char last_detail[96];     /* what the last fault hit, for --verbose */
     restart_win_t restarts[256];

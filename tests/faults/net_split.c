@@ -7,7 +7,8 @@
  * masters and three replicas (redis-cli --cluster create --cluster-replicas 1,
  * cluster-node-timeout 2000). Every data node runs with min-replicas-to-write 1 and
  * min-replicas-max-lag 2, and the workers with min_replicas 1: every hold and renewal is
- * confirmed by WAIT (docs/deployments.md, docs/reliability.md "Split brain").
+ * confirmed by WAIT (docs/deployments.md, docs/reliability.md "Split brain"). The opt-in
+ * -nowait scenarios run without either, to show what that configuration prevents.
  *
  * Sides. A cut puts the master (Sentinel) or the master of name n0's slot (Cluster), with
  * worker slots 0..SPLIT_A-1, on side A, and everything else (replicas, sentinels, the other
@@ -58,9 +59,11 @@
 #define DEMOTE_BOUND_US 30000000
 #define POLL_US 150000       /* the driver's topology polls, at most this often */
 
-static const char *const data_args[] = {"--repl-diskless-sync-delay", "0",
-                                        "--min-replicas-to-write", "1",
-                                        "--min-replicas-max-lag", "2", NULL};
+/* the data nodes' arguments; without min_replicas (the opt-in -nowait scenarios: what
+ * happens without the recommended configuration), only the first two */
+static const char *data_args[] = {"--repl-diskless-sync-delay", "0",
+                                  "--min-replicas-to-write", "1",
+                                  "--min-replicas-max-lag", "2", NULL};
 
 static struct {
     run_t *R;
@@ -198,6 +201,7 @@ int split_start(run_t *R)
     for (int k = 0; k < 4; k++)
         S.rules[k] = -1;
     g_egid0 = getegid();
+    data_args[2] = sc->min_replicas > 0 ? "--min-replicas-to-write" : NULL;
     if (S.cluster) {
         for (int j = 0; j < 6; j++)
             S.srv[j] = &R->cnodes[j];
@@ -383,7 +387,9 @@ int split_tick(run_t *R)
     int64_t now = now_us();
     switch (S.state) {
     case 0: {
-        if (now < S.next_at)
+        /* (a cut must have the time to last CUT_MAX_MS before the faults phase ends: one
+         * cut short by the phase's end would not see its failover) */
+        if (now < S.next_at || now + (CUT_MAX_MS + 1000) * 1000 > R->fault_end)
             return -1;
         S.next_at = now + POLL_US;
         int m = find_master();

@@ -87,6 +87,7 @@ void run_scenario(run_t *R)
     /* faults */
     int64_t fault_start = now_us();
     int64_t end = fault_start + (int64_t)sc->seconds * 1000000;
+    R->fault_end = end;
     int64_t next = fault_start + rnd_range(&R->rng, 200, 600) * 1000;
     int64_t window = fault_start + PROGRESS_WINDOW_US;
     long long seen = progress(R);
