@@ -20,10 +20,11 @@
 #                         (net-sentinel-split, net-cluster-split; min_replicas 1 and
 #                         min-replicas-to-write 1).
 #                         Invariants I1-I7 as in test-faults, plus the network figures (loss
-#                         detection, takeover, on_lost before the takeover, recovery). About 4
-#                         minutes on 2 cores. Needs root (ip netns, iptables);
+#                         detection, takeover, on_lost before the takeover, recovery; splits:
+#                         promotion and demotion times). About 6 minutes on 2 cores. Needs root (ip netns, iptables);
 #                         docs/reliability.md, "Network faults: make test-network".
-#   make test-network-ci  the same at --scale 40 (the CI form, about 2 minutes)
+#   make test-network-ci  the same at --scale 40 (the CI form, about 3 minutes; the two
+#                         split scenarios about 56 s of it, one split each)
 #
 # Knobs: NETWORK_ARGS (passed to the driver, e.g. NETWORK_ARGS='--only net-oneway --verbose';
 # --list names the scenarios), FAULTS_SEED and FAULTS_LIBLOG as for test-faults.
