@@ -21,7 +21,7 @@
 #                         min-replicas-to-write 1).
 #                         Invariants I1-I7 as in test-faults, plus the network figures (loss
 #                         detection, takeover, on_lost before the takeover, recovery; splits:
-#                         promotion and demotion times). About 6 minutes on 2 cores. Needs root (ip netns, iptables);
+#                         promotion and demotion times). About 5 minutes on 2 cores. Needs root (ip netns, iptables);
 #                         docs/reliability.md, "Network faults: make test-network".
 #   make test-network-ci  the same at --scale 40 (the CI form, about 3 minutes; the two
 #                         split scenarios about 56 s of it, one split each)
