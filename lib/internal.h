@@ -47,8 +47,12 @@
 uint64_t rs__now_ns(void); /* CLOCK_MONOTONIC */
 #define RS_NS_PER_MS 1000000ull
 #define RS_NO_DEADLINE UINT64_MAX
-/* abstime (CLOCK_REALTIME) -> monotonic deadline. EINVAL for NULL or bad tv_nsec. */
+/* abstime (CLOCK_REALTIME) -> monotonic deadline. EINVAL for NULL or bad tv_nsec. Every
+ * public call converts its abstime once, on entry, and passes the monotonic deadline down,
+ * so a wall-clock jump during the wait changes nothing; rs__deadline_conversions counts the
+ * conversions (tests check "once"). */
 int rs__deadline_from(rs_client_t *c, const struct timespec *abstime, uint64_t *out);
+extern atomic_ulong rs__deadline_conversions;
 /* Records a message for the calling thread and returns code. c may be NULL. */
 int rs__fail(rs_client_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void rs__clear_error(void);

@@ -91,7 +91,8 @@ int rs__cluster_redirect(rs_client_t *c, const char *err, int *ask);
 
 /* ----- topology.c -------------------------------------------------------------------- */
 /* Where the next connection goes: single mode the URL's server; sentinel mode the master
- * named by the first sentinel that answers (each asked with timeout_ms); cluster mode node
+ * named by the first sentinel that answers (timeout_ms for the whole lookup, shared among the
+ * sentinels; the next lookup starts after the last one asked); cluster mode node
  * number node of slotmap.c's table (node < 0: any node, in turn). 0 or RS_ECONN with why
  * filled. */
 int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, char *why,
@@ -103,7 +104,7 @@ int rs__topo_check(rs_client_t *c, redisContext *ctx, const rs_node_t *node, cha
 /* A reply or a broken connection says the master moved: drop pooled connections. */
 void rs__topo_changed(rs_client_t *c);
 unsigned rs__topo_gen(rs_client_t *c);
-/* READONLY / MASTERDOWN outside single mode: the master moved, reconnect and retry. */
+/* READONLY / MASTERDOWN / NOREPLICAS under Sentinel: the master moved, reconnect and retry. */
 int rs__is_topology_error(const rs_client_t *c, const redisReply *r);
 /* Sentinel mode: the thread that follows +switch-master (started at open, stopped at close;
  * rs__topo_free releases what start set up). No-ops in other modes. */
@@ -183,7 +184,7 @@ int rs__script_load(rs_client_t *c, redisContext *ctx, const rs_script_t *s);
 /* Maps an error reply to a code and records its text. */
 int rs__reply_error(rs_client_t *c, const redisReply *r);
 int rs__is_noscript(const redisReply *r);
-/* LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN: wait and send again. */
+/* LOADING, BUSY, TRYAGAIN, MASTERDOWN, CLUSTERDOWN, NOREPLICAS: wait and send again. */
 int rs__is_transient(const redisReply *r);
 
 /* ----- keys.c ------------------------------------------------------------------------ */

@@ -218,11 +218,32 @@ static int subscribe_locked(rs_client_t *c, struct rs_nt_link *lk, redisContext 
     return 0;
 }
 
+/* The first failed connect of a series of reconnect attempts (not each retry) while
+ * callers wait: says so at RS_LOG_DEBUG, so that a lock without a deadline that goes on
+ * waiting while Redis is unreachable is not silent. nt.mu held; released around the log
+ * call (the host's callback). */
+static void tell_waiting_locked(rs_client_t *c)
+{
+    int n = 0;
+    for (rs_waiter_t *w = c->nt.head; w; w = w->next)
+        n++;
+    if (!n || !c->log)
+        return;
+    char why[200];
+    snprintf(why, sizeof why, "%s", rs_client_lasterror(c));
+    pthread_mutex_unlock(&c->nt.mu);
+    rs__log(c, RS_LOG_DEBUG, "subscriber: Redis unreachable (%s); %d waiting call(s) go on "
+            "waiting, a call without a deadline until it is back (reconnecting; said once per "
+            "outage)", why, n);
+    pthread_mutex_lock(&c->nt.mu);
+}
+
 static void *notify_main(void *arg)
 {
     struct rs_nt_link *lk = arg;
     rs_client_t *c = lk->c;
     uint64_t backoff_ms = 5;
+    int failing = 0; /* this series of attempts was told about (tell_waiting_locked) */
     pthread_mutex_lock(&c->nt.mu);
     while (!c->nt.stop) {
         pthread_mutex_unlock(&c->nt.mu);
@@ -249,6 +270,10 @@ static void *notify_main(void *arg)
                 break;
             c->nt.failed = 1;
             pthread_cond_broadcast(&c->nt.cv);
+            if (!failing) {
+                failing = 1;
+                tell_waiting_locked(c);
+            }
             uint64_t until = rs__now_ns() + backoff_ms * RS_NS_PER_MS;
             rs__cv_wait_until(&c->nt.cv, &c->nt.mu, until);
             if (backoff_ms < 200)
@@ -256,6 +281,7 @@ static void *notify_main(void *arg)
             continue;
         }
         backoff_ms = 5;
+        failing = 0;
         lk->ctx = ctx;
         pthread_mutex_unlock(&c->nt.mu);
 

@@ -7,8 +7,8 @@
  *
  * rs__eval is the retry policy of every caller-thread command: a broken connection is
  * replaced and the call re-sent, and transient server states (LOADING after a restart, BUSY,
- * TRYAGAIN, MASTERDOWN) are waited out, all within timeout_ms; past it, RS_ECONN. Under
- * Sentinel, READONLY or MASTERDOWN means the master moved: the pool is invalidated
+ * TRYAGAIN, MASTERDOWN, NOREPLICAS) are waited out, all within timeout_ms; past it, RS_ECONN.
+ * Under Sentinel, READONLY, MASTERDOWN or NOREPLICAS means the master moved: the pool is invalidated
  * (rs__topo_changed) and the call re-sent to the current master. Under Cluster a call goes
  * to the master of its first key's slot (slotmap.c); MOVED fixes the map and re-sends it
  * there, ASK re-sends it once to the importing node behind ASKING, TRYAGAIN (keys of a slot
@@ -27,8 +27,12 @@ int rs__is_noscript(const redisReply *r)
 
 int rs__is_transient(const redisReply *r)
 {
+    /* NOREPLICAS: a master with min-replicas-to-write that has lost its replicas (cut off
+     * from them, or a promoted replica whose old master has not rejoined) refuses a
+     * script at its first write, so nothing was written; under Sentinel it is also taken
+     * as a sign that the master moved (rs__is_topology_error) */
     static const char *const codes[] = {"LOADING", "BUSY ", "TRYAGAIN", "MASTERDOWN",
-                                        "CLUSTERDOWN"};
+                                        "CLUSTERDOWN", "NOREPLICAS"};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         if (strncmp(r->str, codes[i], strlen(codes[i])) == 0)
             return 1;

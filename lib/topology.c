@@ -61,7 +61,10 @@ int rs__is_topology_error(const rs_client_t *c, const redisReply *r)
 {
     if (r->type != REDIS_REPLY_ERROR || c->ep.mode != RS_MODE_SENTINEL)
         return 0;
-    return strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0;
+    /* NOREPLICAS: a master cut off from its replicas, which the sentinels may have
+     * replaced already (split brain): ask them again */
+    return strncmp(r->str, "READONLY", 8) == 0 || strncmp(r->str, "MASTERDOWN", 10) == 0 ||
+           strncmp(r->str, "NOREPLICAS", 10) == 0;
 }
 
 /* A connection to sentinel s within timeout_ms (TLS included). 0, or rs__dial's failure
@@ -76,14 +79,18 @@ static int dial_sentinel(rs_client_t *c, const rs_node_t *s, long timeout_ms, re
     return rc;
 }
 
-/* One sentinel's answer for the master. 0 with out filled, else -1 with why set. */
+/* One sentinel's answer for the master, connect and reply within timeout_ms in all. 0 with
+ * out filled, else -1 with why set. */
 static int ask_sentinel(rs_client_t *c, const rs_node_t *s, long timeout_ms, rs_node_t *out,
                         char *why, size_t whylen)
 {
     redisContext *ctx;
+    uint64_t end = rs__now_ns() + (uint64_t)timeout_ms * RS_NS_PER_MS;
     if (dial_sentinel(c, s, timeout_ms, &ctx, why, whylen) != 0)
         return -1;
-    rs__tp_set_timeout(ctx, timeout_ms);
+    uint64_t now = rs__now_ns();
+    long left = now < end ? (long)((end - now) / RS_NS_PER_MS) : 0;
+    rs__tp_set_timeout(ctx, left > 0 ? left : 1);
     const char *argv[3] = {"SENTINEL", "get-master-addr-by-name", c->ep.master};
     size_t lens[3] = {8, 23, strlen(c->ep.master)};
     redisReply *r;
@@ -146,14 +153,28 @@ int rs__topo_target(rs_client_t *c, int node, long timeout_ms, rs_node_t *out, c
         if (have)
             return 0;
     }
+    /* timeout_ms is for the whole lookup, not for each sentinel: sentinels that cannot be
+     * reached (black-holed: no RST) would otherwise cost timeout_ms each, and a caller's
+     * deadline, the watchdog's included, would pass before the lookup gives up. Each
+     * sentinel gets an equal share of what is left; the next lookup starts after the last
+     * one asked, so one silent sentinel does not take every lookup's first share */
     unsigned start = atomic_load(&c->topo_next);
+    uint64_t end = rs__now_ns() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 1) * RS_NS_PER_MS;
+    int asked = 0;
     for (int i = 0; i < ep->nseeds; i++) {
+        uint64_t now = rs__now_ns();
+        if (i > 0 && now >= end)
+            break;
+        long left = now < end ? (long)((end - now) / RS_NS_PER_MS) : 1;
+        long share = left / (ep->nseeds - i);
         unsigned idx = (start + (unsigned)i) % (unsigned)ep->nseeds;
-        if (ask_sentinel(c, &ep->seeds[idx], timeout_ms, out, why, whylen) == 0) {
+        asked++;
+        if (ask_sentinel(c, &ep->seeds[idx], share > 0 ? share : 1, out, why, whylen) == 0) {
             atomic_store(&c->topo_next, idx);
             return 0;
         }
     }
+    atomic_store(&c->topo_next, (start + (unsigned)asked) % (unsigned)ep->nseeds);
     return RS_ECONN;
 }
 

@@ -8,6 +8,8 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include <stdatomic.h>
+
 #include "internal.h"
 
 /* One message per thread, shared by all clients: a string shared between threads would
@@ -49,6 +51,8 @@ void rs__sleep_ns(uint64_t ns)
     }
 }
 
+atomic_ulong rs__deadline_conversions;
+
 int rs__deadline_from(rs_client_t *c, const struct timespec *abstime, uint64_t *out)
 {
     if (!abstime)
@@ -56,6 +60,7 @@ int rs__deadline_from(rs_client_t *c, const struct timespec *abstime, uint64_t *
     if (abstime->tv_nsec < 0 || abstime->tv_nsec > 999999999L)
         return rs__fail(c, EINVAL, "deadline tv_nsec %ld is outside 0..999999999",
                         (long)abstime->tv_nsec);
+    atomic_fetch_add_explicit(&rs__deadline_conversions, 1, memory_order_relaxed);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t left = ((int64_t)abstime->tv_sec - (int64_t)now.tv_sec) * 1000000000ll +

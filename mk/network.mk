@@ -12,12 +12,19 @@
 #                         required); the data port dropped for everyone for 1-3 s every 4-6 s
 #                         (net-flap); on three Redlock masters, one worker cut from one master
 #                         for 1.5-2.5 leases (net-rl-part; net-rl-slowloss, delay + loss on
-#                         every master, runs only with --only: false loss reports remain).
+#                         every master, runs only with --only: false loss reports remain);
+#                         split brain (net_split.c): a Sentinel master (2 replicas, 3
+#                         sentinels) or a Cluster shard's master (3 masters + 3 replicas)
+#                         with workers w0-w2 cut from everything else for 8-10 s, longer
+#                         than the failover, then healed until the old master is a replica
+#                         (net-sentinel-split, net-cluster-split; min_replicas 1 and
+#                         min-replicas-to-write 1).
 #                         Invariants I1-I7 as in test-faults, plus the network figures (loss
-#                         detection, takeover, on_lost before the takeover, recovery). About 4
-#                         minutes on 2 cores. Needs root (ip netns, iptables);
+#                         detection, takeover, on_lost before the takeover, recovery; splits:
+#                         promotion and demotion times). About 5 minutes on 2 cores. Needs root (ip netns, iptables);
 #                         docs/reliability.md, "Network faults: make test-network".
-#   make test-network-ci  the same at --scale 40 (the CI form, about 2 minutes)
+#   make test-network-ci  the same at --scale 40 (the CI form, about 3 minutes; the two
+#                         split scenarios about 56 s of it, one split each)
 #
 # Knobs: NETWORK_ARGS (passed to the driver, e.g. NETWORK_ARGS='--only net-oneway --verbose';
 # --list names the scenarios), FAULTS_SEED and FAULTS_LIBLOG as for test-faults.

@@ -157,6 +157,40 @@ Test(mutex, error_oom, .timeout = 60)
     ts_server_stop(&s);
 }
 
+/* A master with min-replicas-to-write that has no replica refuses scripts with NOREPLICAS
+ * at their first write: not an error of the call but of the deployment's state (a master
+ * cut off from its replicas, a promoted replica whose old master has not rejoined: found by
+ * make test-network's net-cluster-split, where every lock of the cut shard's names
+ * returned RS_ESERVER). Waited out like LOADING within timeout_ms, then RS_ECONN; nothing
+ * is written. */
+Test(mutex, error_noreplicas, .timeout = 60)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    char buf[128];
+    rs_client_t *c = tu_open_client(&s, 1500, 600, NULL);
+    rs_mutex_t *m = new_mutex(c, "norep");
+    cr_assert_str_eq(ts_cmd_str(&s, buf, sizeof buf, "CONFIG SET min-replicas-to-write 1"), "OK");
+    int rc = rs_mutex_trylock(m);
+    cr_expect_eq(rc, RS_ECONN, "trylock on a master without its replica: %d %s", rc,
+                 rs_client_lasterror(c));
+    cr_expect(strstr(rs_client_lasterror(c), "NOREPLICAS") != NULL, "lasterror: %s",
+              rs_client_lasterror(c));
+    cr_expect_eq(ts_cmd_int(&s, "EXISTS rs:{norep}:mutex"), 0, "a refused lock wrote its key");
+    cr_assert_str_eq(ts_cmd_str(&s, buf, sizeof buf, "CONFIG SET min-replicas-to-write 0"), "OK");
+    rc = rs_mutex_lock(m);
+    cr_expect_eq(rc, 0, "lock once the master may write: %d %s", rc, rs_client_lasterror(c));
+    /* a release refused the same way: RS_ECONN, the hold stays until its lease runs out */
+    cr_assert_str_eq(ts_cmd_str(&s, buf, sizeof buf, "CONFIG SET min-replicas-to-write 1"), "OK");
+    rc = rs_mutex_unlock(m);
+    cr_expect_eq(rc, RS_ECONN, "unlock refused by NOREPLICAS: %d %s", rc, rs_client_lasterror(c));
+    cr_expect_eq(ts_cmd_int(&s, "EXISTS rs:{norep}:mutex"), 1);
+    cr_assert_str_eq(ts_cmd_str(&s, buf, sizeof buf, "CONFIG SET min-replicas-to-write 0"), "OK");
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
+
 /* ------------------------------------------------------------------------------------- */
 /* 13. Redis unreachable                                                                  */
 

@@ -9,6 +9,8 @@
  *   3. a blocking lock on a free mutex succeeds when the subscriber cannot subscribe;
  *   4. rs_client_close returns within timeout_ms + one lease while Redis does not answer,
  *      cancels a lock waiting without a deadline, and leaves no thread or socket;
+ *   5. a lock waiting without a deadline while Redis is unreachable says so at
+ *      RS_LOG_DEBUG, once per outage (series of reconnect attempts), not per retry;
  *   and every TCP connection of the library has keepalive and TCP_USER_TIMEOUT set.
  *
  * A stalled link is a SIGSTOPped redis-server (the kernel still accepts connections and
@@ -395,5 +397,69 @@ Test(netweak, close_while_redis_stalls)
     cr_expect_eq(rs_mutex_destroy(waits), 0);
     cr_expect_eq(count_entries("/proc/self/task"), threads0, "threads left after close");
     cr_expect_eq(sockets_to(s.port), 0, "sockets to Redis left after close");
+    ts_server_stop(&s);
+}
+
+/* 5. A waiter that goes on waiting while Redis is unreachable says so, once per outage.  */
+
+static atomic_int waiting_said;
+
+static void *lock_then_unlock(void *arg)
+{
+    struct blocked_lock *b = arg;
+    b->rc = rs_mutex_lock(b->m);
+    if (b->rc == 0 && rs_mutex_unlock(b->m) != 0)
+        b->rc = -2;
+    atomic_store(&b->done, 1);
+    return NULL;
+}
+
+static void count_waiting(int level, const char *msg, void *arg)
+{
+    (void)arg;
+    if (level == RS_LOG_DEBUG && strstr(msg, "go on waiting"))
+        atomic_fetch_add(&waiting_said, 1);
+}
+
+Test(netweak, waiting_while_unreachable_is_logged)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_config_t cfg;
+    tu_config(&cfg, s.url, 3000, 500, NULL);
+    cfg.log = count_waiting;
+    rs_client_t *c = NULL;
+    cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    /* the holder's lease is long: the waiter's own retry (at the holder's lease) does not
+     * come during the outage, only the subscriber's reconnect attempts do */
+    rs_client_t *c2 = tu_open_client(&s, 20000, 500, NULL);
+    for (int round = 0; round < 2; round++) {
+        char name[16];
+        snprintf(name, sizeof name, "unr%d", round);
+        rs_mutex_t *held = new_mutex(c2, name), *m = new_mutex(c, name);
+        cr_assert_eq(rs_mutex_lock(held), 0, "%s", rs_client_lasterror(c2));
+        struct blocked_lock b = {m, -1, 0};
+        pthread_t th;
+        cr_assert_eq(pthread_create(&th, NULL, lock_then_unlock, &b), 0);
+        tu_sleep_ms(300); /* queued and asleep */
+        cr_assert_eq(atomic_load(&b.done), 0, "the lock returned %d while the mutex was held",
+                     b.rc);
+        int said = atomic_load(&waiting_said);
+        ts_server_kill(&s); /* connections refused: the subscriber retries every <= 200 ms */
+        tu_sleep_ms(1500);
+        cr_expect_eq(atomic_load(&waiting_said) - said, 1, "round %d: said %d times during "
+                     "one outage (once expected, not per retry)", round,
+                     atomic_load(&waiting_said) - said);
+        cr_assert_eq(ts_server_restart(&s), 0); /* without the data: the mutex is free */
+        int joined = tu_thread_join(th, &b.done, 5000);
+        cr_expect(joined, "the waiting lock did not return after Redis came back");
+        if (joined)
+            cr_expect(b.rc == 0 || b.rc == RS_ECONN, "the waiting lock returned %d", b.rc);
+        rs_mutex_unlock(held); /* RS_ELOST: its hold vanished with the restart */
+        rs_mutex_destroy(held);
+        rs_mutex_destroy(m);
+    }
+    rs_client_close(c2);
+    rs_client_close(c);
     ts_server_stop(&s);
 }

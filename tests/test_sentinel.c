@@ -10,6 +10,9 @@
  *                          is missing after it, tokens stay unique and truthful sections never
  *                          overlap
  *   wait_shortfall         min_replicas = 2 with one replica: RS_EREPL and no hold left
+ *   silent_sentinels       three sentinels that take the connection and never answer (as
+ *                          behind a black-hole partition): the lookup gives up within
+ *                          timeout_ms in all, not timeout_ms per sentinel
  *
  * A failover takes a few seconds (the sentinels demote the old master about 8 s after the
  * switch), so the failover tests run for 10-25 s each; everything else is quick.
@@ -25,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -158,6 +163,52 @@ Test(sentinel, lock_unlock)
     cr_expect(strstr(rs_client_lasterror(NULL), "does not know") != NULL, "message: %s",
               rs_client_lasterror(NULL));
     topo_down(&t);
+}
+
+/* A TCP listener on a free 127.0.0.1 port that never accepts: connections complete in its
+ * backlog and nothing ever answers them. Its port into *port; the socket. */
+static int silent_listener(int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(fd, 16), 0);
+    socklen_t len = sizeof a;
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* Found by make test-network's net-sentinel-split (2026-11-25): a holder cut off together
+ * with its master from the sentinels heard on_lost up to 1.9 s after its deadline, after
+ * another client had the lock, because its watchdog's reconnect asked each unreachable
+ * sentinel for up to the whole attempt's budget in turn. */
+Test(sentinel, silent_sentinels)
+{
+    int fd[3], port[3];
+    for (int i = 0; i < 3; i++)
+        fd[i] = silent_listener(&port[i]);
+    char url[200], prefix[32];
+    snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s",
+             port[0], port[1], port[2], MASTER_NAME);
+    ts_unique_prefix(prefix, sizeof prefix);
+    rs_config_t cfg = config(url, prefix, 0);
+    cfg.timeout_ms = 1200;
+    rs_client_t *c = NULL;
+    long long t0 = tu_mono_ms();
+    cr_expect_eq(rs_client_open(&c, &cfg), RS_ECONN);
+    long long took = tu_mono_ms() - t0;
+    /* 1200 ms in all (before: 1200 ms per sentinel, 3600 ms) */
+    cr_expect_lt(took, 2400, "open took %lld ms with timeout_ms 1200 (%s)", took,
+                 rs_client_lasterror(NULL));
+    cr_expect(strstr(rs_client_lasterror(NULL), "sentinel") != NULL, "message: %s",
+              rs_client_lasterror(NULL));
+    for (int i = 0; i < 3; i++)
+        close(fd[i]);
 }
 
 Test(sentinel, wait_shortfall)

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../mutex/mutex_internal.h"
 #include "internal.h"
 #include "one_script.h"
 
@@ -217,19 +218,6 @@ static int part_lost(const ml_part_t *p)
     return !hold || !hold->lease || rs__lease_is_lost(p->h->c, hold->lease);
 }
 
-/* What is left of deadline (monotonic), as an absolute CLOCK_REALTIME time. */
-static struct timespec abs_from(uint64_t deadline)
-{
-    uint64_t now = rs__now_ns();
-    uint64_t left = deadline > now ? deadline - now : 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + left % 1000000000ull;
-    ts.tv_sec += (time_t)(left / 1000000000ull + ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
-    return ts;
-}
-
 static int acquire(rs_multilock_t *ml, int mode, const struct timespec *abstime)
 {
     if (!ml)
@@ -263,8 +251,9 @@ static int acquire(rs_multilock_t *ml, int mode, const struct timespec *abstime)
             if (mode == MODE_TRY) {
                 rc = rs_mutex_trylock(m);
             } else if (mode == MODE_TIMED) {
-                struct timespec ts = abs_from(deadline);
-                rc = rs_mutex_timedlock(m, &ts);
+                /* the deadline converted once on entry: a wall-clock jump between the parts
+                 * changes nothing */
+                rc = rs__mutex_lock_until(m, deadline);
             } else {
                 rc = rs_mutex_lock(m);
             }

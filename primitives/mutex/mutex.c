@@ -9,6 +9,7 @@
  * without asking Redis.
  */
 #include "internal.h"
+#include "mutex_internal.h"
 #include "scripts.h"
 
 struct rs_mutex {
@@ -24,10 +25,11 @@ RS_API int rs_mutex_init(rs_mutex_t **out, rs_client_t *c, const char *name)
                           rs_kind_mutex.suffixes, rs_kind_mutex.nkeys);
 }
 
-/* lock, trylock and timedlock: one path, as in musl */
-static int locked(rs_mutex_t *m, int try_only, const struct timespec *abstime)
+/* lock, trylock and timedlock: one path, as in musl (deadline: the monotonic one, when
+ * abstime is NULL) */
+static int locked_until(rs_mutex_t *m, int try_only, const struct timespec *abstime,
+                        uint64_t deadline)
 {
-    uint64_t deadline = try_only ? 0 : RS_NO_DEADLINE;
     int rc = rs__handle_begin(m ? &m->h : NULL, "mutex", abstime, &deadline);
     if (rc)
         return rc;
@@ -39,6 +41,16 @@ static int locked(rs_mutex_t *m, int try_only, const struct timespec *abstime)
     }
     rs__leave(m->h.c);
     return rc;
+}
+
+static int locked(rs_mutex_t *m, int try_only, const struct timespec *abstime)
+{
+    return locked_until(m, try_only, abstime, try_only ? 0 : RS_NO_DEADLINE);
+}
+
+int rs__mutex_lock_until(rs_mutex_t *m, uint64_t deadline)
+{
+    return locked_until(m, 0, NULL, deadline);
 }
 
 RS_API int rs_mutex_lock(rs_mutex_t *m)

@@ -22,7 +22,7 @@ const char *const fault_names[F_COUNT] = {
     "restart-aof",  "restart-lose", "client-pause", "debug-sleep",
     "client-kill",  "kill-normal",  "kill-pubsub",  "script-flush",
     "failover",     "net-blackhole", "net-oneway", "net-slow-loss",
-    "net-flap",     "net-rl-part",
+    "net-flap",     "net-rl-part", "net-split",
 };
 
 const char *const viol_names[V_COUNT] = {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9",

@@ -2,7 +2,9 @@
  * faults.h - what the parts of the fault-injection suite share (tests/faults/, one program:
  * build/redisync-faults; see mk/faults.mk and docs in main.c).
  *
- *   main.c     the driver: scenarios, processes, the fault schedule, phases, the table
+ *   main.c     the driver: the scenario table and the command line; its parts share
+ *              driver.h: procs.c (worker processes), schedule.c (the fault schedule),
+ *              phases.c (one scenario's deployment, phases and checks)
  *   inject.c   the faults themselves (processes and the data redis-server)
  *   worker.c   one worker process ("redisync-faults --worker ..."): critical sections on
  *              the data server, recorded on the checker (worker_sync.c: once and barrier;
@@ -12,6 +14,8 @@
  *   topology.c the deployments a scenario runs on (Sentinel, Redlock masters)
  *   net.c      network faults (--net, make test-network): iptables rules inside the test's
  *              own network namespace, the delay program, the network figures
+ *   net_split.c  split brain under Sentinel and Cluster (--net): a master and its side's
+ *              workers cut from the rest, failover, heal, the old master demoted
  *
  * Two redis-servers per run: the *data* server the library uses (faults hit it) and the
  * *checker* (never touched by a fault) where workers record every critical section and run
@@ -55,6 +59,9 @@ typedef enum {
     F_NET_FLAP,        /* the data port dropped for everyone for 1-3 s */
     F_NET_RL_PART,     /* Redlock: one worker's packets to and from one master dropped for
                           1.5-2.5 leases (the other workers and masters untouched) */
+    F_NET_SPLIT,       /* split brain: the master (Sentinel) or one shard's master (Cluster)
+                          and the workers on its side cut from everything else for longer
+                          than the failover, then healed (net_split.c) */
     F_COUNT
 } fault_t;
 
@@ -63,7 +70,11 @@ extern const char *const fault_names[F_COUNT];
 #define FB(k) (1u << (k))
 
 /* Network scenarios (net.c): which fault a --net scenario injects. */
-typedef enum { NET_NONE, NET_BLACKHOLE, NET_ONEWAY, NET_SLOW_LOSSY, NET_FLAP, NET_RL_PART } netkind_t;
+typedef enum {
+    NET_NONE, NET_BLACKHOLE, NET_ONEWAY, NET_SLOW_LOSSY, NET_FLAP, NET_RL_PART,
+    NET_SPLIT_SENTINEL, NET_SPLIT_CLUSTER /* net_split.c */
+} netkind_t;
+#define NET_IS_SPLIT(sc) ((sc)->net == NET_SPLIT_SENTINEL || (sc)->net == NET_SPLIT_CLUSTER)
 #define NET_GID0 20000 /* --net: worker SLOT runs with group id NET_GID0 + SLOT */
 
 typedef struct scenario {
@@ -221,6 +232,13 @@ typedef struct result {
     long part_lost;             /* net-rl-part: cut holds reported lost (their quorum broken) */
     int64_t margin_min;         /* the least time from a cut holder's on_lost to that grant */
     long margin_n;
+    /* split brain (net_split.c); times in us */
+    int64_t *promote;           /* cut -> the other side has promoted a new master */
+    int npromote;
+    int64_t *demote;            /* heal -> the old master is a replica */
+    int ndemote;
+    long split_nofailover;      /* cuts during which no replica was promoted */
+    long split_nodemote;        /* heals after which the old master stayed master 30 s */
 } result_t;
 
 /* A restart window (for the loss check of a restart without persistence). */
@@ -293,8 +311,15 @@ int net_begin(const scenario_t *sc, const int *ports, int nports, uint64_t seed)
 int net_tick(redisContext *ck, uint64_t *rng, result_t *res, char *detail, size_t len);
 void net_heal_all(redisContext *ck); /* end of the faults phase: heal, release a waiter */
 void net_end(void);                  /* every rule removed, the delay program stopped */
+/* Adds "iptables -t TABLE -A CHAIN spec" (recorded: net_end and the signal handler remove
+ * it); its index, or -1 (reported). net_rule_del removes it again. */
+int net_rule_add(const char *table, const char *chain, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int net_rule_del(int i);
 void net_check(redisContext *ck, const scenario_t *sc, result_t *r);
 /* The network figures table; 1 if a net-slow-lossy run had a false loss report. */
 int net_report(const scenario_t *scen, int nscen, const result_t *res, const int *ran);
+/* net_split.c: the split figures of one scenario (promotion and demotion times) */
+void split_report(const scenario_t *sc, const result_t *r);
 
 #endif

@@ -68,6 +68,16 @@ const scenario_t net_scenarios[] = {
      * waits up to 12 s remain (docs/reliability.md, "Redlock under delay and loss") */
     {"net-rl-part",     P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_RL_PART),     2,    0,  0,    0,    0, 0, 1, NET_RL_PART, 0, 0},
     {"net-rl-slowloss", P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 1, NET_SLOW_LOSSY, 0, 1},
+    /* split brain (net_split.c): the master (Sentinel: 2 replicas, 3 sentinels) or one
+     * shard's master (Cluster: 3 masters + 3 replicas) with workers w0-w2 cut from the rest
+     * for 8-10 s, longer than the failover, then healed; min_replicas 1 and
+     * min-replicas-to-write 1 (docs/reliability.md, "Split brain") */
+    {"net-sentinel-split", P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_SENTINEL, 0, 0},
+    {"net-cluster-split",  P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER, 0, 0},
+    /* the same without min_replicas and min-replicas-to-write: opt-in, they are expected
+     * to fail (what the configuration prevents; docs/reliability.md, "Split brain") */
+    {"net-sentinel-split-nowait", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_SENTINEL, 0, 1},
+    {"net-cluster-split-nowait",  P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_CLUSTER, 0, 1},
 };
 const int net_nscen = (int)(sizeof net_scenarios / sizeof net_scenarios[0]);
 
@@ -116,9 +126,7 @@ static int run_argv(char *const argv[], int quiet)
 }
 
 /* Adds "-t TABLE -A CHAIN spec"; returns the rule's index, or -1 (reported). */
-static int rule_add(const char *table, const char *chain, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int rule_add(const char *table, const char *chain, const char *fmt, ...)
+int net_rule_add(const char *table, const char *chain, const char *fmt, ...)
 {
     int i = 0;
     while (i < MAX_RULES && g_rules[i].live)
@@ -147,7 +155,7 @@ static int rule_add(const char *table, const char *chain, const char *fmt, ...)
     return i;
 }
 
-static int rule_del(int i)
+int net_rule_del(int i)
 {
     if (i < 0 || i >= MAX_RULES || !g_rules[i].live)
         return 0;
@@ -234,7 +242,7 @@ static void delayq_stop(void)
 void net_end(void)
 {
     for (int i = MAX_RULES - 1; i >= 0; i--)
-        rule_del(i);
+        net_rule_del(i);
     delayq_stop();
 }
 
@@ -345,7 +353,7 @@ int net_begin(const scenario_t *sc, const int *ports, int nports, uint64_t seed)
     }
     for (int i = 0; i < sc->procs; i++)
         for (int p = 0; p < N.nports; p++)
-            if (rule_add("mangle", "OUTPUT", "-p tcp --dport %d -m owner --gid-owner %d -j "
+            if (net_rule_add("mangle", "OUTPUT", "-p tcp --dport %d -m owner --gid-owner %d -j "
                          "CONNMARK --set-mark %d", N.ports[p], NET_GID0 + i, NET_GID0 + i) < 0)
                 return -1;
     if (sc->net == NET_SLOW_LOSSY) {
@@ -354,12 +362,12 @@ int net_begin(const scenario_t *sc, const int *ports, int nports, uint64_t seed)
         const char *dir[2] = {"--dport", "--sport"};
         for (int p = 0; p < N.nports; p++)
             for (int d = 0; d < 2; d++)
-                if (rule_add("filter", "INPUT", "-p tcp %s %d -m statistic --mode random "
+                if (net_rule_add("filter", "INPUT", "-p tcp %s %d -m statistic --mode random "
                              "--probability " LOSS " -j DROP", dir[d], N.ports[p]) < 0)
                     return -1;
         for (int p = 0; p < N.nports; p++)
             for (int d = 0; d < 2; d++)
-                if (rule_add("filter", "INPUT", "-p tcp %s %d -j NFQUEUE --queue-num %d "
+                if (net_rule_add("filter", "INPUT", "-p tcp %s %d -j NFQUEUE --queue-num %d "
                              "--queue-bypass", dir[d], N.ports[p], NET_QUEUE) < 0)
                     return -1;
     }
@@ -371,20 +379,20 @@ static int do_cut(chan_t *C, uint64_t *rng, result_t *res)
     const scenario_t *sc = N.sc;
     int g = NET_GID0 + C->slot;
     if (C->kind == 'F') {
-        C->rules[0] = rule_add("filter", "INPUT", "-p tcp --dport %d -j DROP", N.port);
-        C->rules[1] = rule_add("filter", "INPUT", "-p tcp --sport %d -j DROP", N.port);
+        C->rules[0] = net_rule_add("filter", "INPUT", "-p tcp --dport %d -j DROP", N.port);
+        C->rules[1] = net_rule_add("filter", "INPUT", "-p tcp --sport %d -j DROP", N.port);
         C->until = now_us() + rnd_range(rng, 1000, 3000) * 1000;
     } else if (C->kind == 'P' || C->kind == 'p') {
         int mp = N.ports[C->master];
-        C->rules[0] = rule_add("filter", "INPUT", "-p tcp --dport %d -m connmark --mark %d -j DROP",
+        C->rules[0] = net_rule_add("filter", "INPUT", "-p tcp --dport %d -m connmark --mark %d -j DROP",
                                mp, g);
-        C->rules[1] = rule_add("filter", "INPUT", "-p tcp --sport %d -m connmark --mark %d -j DROP",
+        C->rules[1] = net_rule_add("filter", "INPUT", "-p tcp --sport %d -m connmark --mark %d -j DROP",
                                mp, g);
         C->until = now_us() + rnd_range(rng, sc->lease_ms * 3 / 2, sc->lease_ms * 5 / 2) * 1000;
     } else {
         C->rules[0] = C->kind == 'B' || C->kind == 'b'
-                          ? rule_add("filter", "INPUT", "-p tcp -m connmark --mark %d -j DROP", g)
-                          : rule_add("filter", "INPUT", "-p tcp --sport %d -m connmark --mark %d "
+                          ? net_rule_add("filter", "INPUT", "-p tcp -m connmark --mark %d -j DROP", g)
+                          : net_rule_add("filter", "INPUT", "-p tcp --sport %d -m connmark --mark %d "
                                      "-j DROP", N.port, g);
         C->until = now_us() + rnd_range(rng, sc->lease_ms * 3 / 2, sc->lease_ms * 5 / 2) * 1000;
     }
@@ -401,8 +409,8 @@ static int do_cut(chan_t *C, uint64_t *rng, result_t *res)
 
 static void heal(chan_t *C, redisContext *ck)
 {
-    rule_del(C->rules[0]);
-    rule_del(C->rules[1]);
+    net_rule_del(C->rules[0]);
+    net_rule_del(C->rules[1]);
     C->rules[0] = C->rules[1] = -1;
     int64_t t_heal = now_us();
     if (C->kind == 'B' || C->kind == 'O' || C->kind == 'P')
@@ -591,7 +599,8 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
         long long tc, th;
         if (sscanf(cuts->element[c]->str, "%c:%d:%lld:%lld", &kind, &slot, &tc, &th) != 4)
             continue;
-        r->net_cuts++;
+        r->net_cuts += kind != 's'; /* (a split: one S record per cut, s for the other
+                                       workers on the cut side) */
         /* recovery: the cut worker's (flap: every worker's) next granted lock after the heal */
         for (int w = 0; w < sc->procs; w++) {
             if (slot >= 0 && w != slot)
@@ -740,6 +749,9 @@ int net_report(const scenario_t *scen, int nscen, const result_t *res, const int
         if (r->false_lost || r->recover_slow)
             failed = 1;
     }
+    for (int k = 0; k < nscen; k++)
+        if (ran[k] && NET_IS_SPLIT(&scen[k]))
+            split_report(&scen[k], &res[k]);
     for (int k = 0; k < nscen; k++)
         if (ran[k] && scen[k].net == NET_RL_PART)
             printf("%s: %ld of %ld holders cut from one master lost their quorum and were told "

@@ -61,8 +61,17 @@ static int replicas_ok(const ts_server_t *nodes, int n)
 int ts_cluster_start_rep(ts_server_t *nodes, int n, int replicas,
                          const char *const *const *extra)
 {
+    return ts_cluster_start_each(nodes, n, replicas, extra, NULL, NULL);
+}
+
+int ts_cluster_start_each(ts_server_t *nodes, int n, int replicas,
+                          const char *const *const *extra, void (*before)(int i, void *arg),
+                          void *arg)
+{
     memset(nodes, 0, sizeof *nodes * (size_t)n);
     for (int i = 0; i < n; i++) {
+        if (before)
+            before(i, arg);
         const char *args[40] = {"--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
                                 "--cluster-config-file", "nodes.conf"};
         int k = 6;
@@ -70,10 +79,14 @@ int ts_cluster_start_rep(ts_server_t *nodes, int n, int replicas,
             args[k++] = extra[i][j];
         args[k] = NULL;
         if (ts_server_startv(&nodes[i], args) != 0) {
+            if (before)
+                before(-1, arg);
             ts_cluster_stop(nodes, n);
             return -1;
         }
     }
+    if (before)
+        before(-1, arg);
     char *argv[32];
     char addr[16][32];
     int k = 0;

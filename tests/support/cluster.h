@@ -23,6 +23,12 @@ int ts_cluster_start_ex(ts_server_t *nodes, int n, const char *const *const *ext
  * until every replica's link to its master is up. */
 int ts_cluster_start_rep(ts_server_t *nodes, int n, int replicas,
                          const char *const *const *extra);
+/* ts_cluster_start_rep with before(i, arg) called just before node i is started, and
+ * before(-1, arg) once every node is (or when one failed): e.g. to run each node's process
+ * under a group id of its own (tests/faults/net_split.c). */
+int ts_cluster_start_each(ts_server_t *nodes, int n, int replicas,
+                          const char *const *const *extra, void (*before)(int i, void *arg),
+                          void *arg);
 /* 1 if s says role:master now. */
 int ts_cluster_is_master(const ts_server_t *s);
 void ts_cluster_stop(ts_server_t *nodes, int n);
