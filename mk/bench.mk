@@ -3,8 +3,10 @@
 # COMPILE_PROG, LINK_PROG, PROG_LIBS, SUPPORT_OBJS, GEN) it uses.
 #
 #   make bench        also runs build/redisync-storm first: 2, 8, 32 and 128 processes on the
-#                     mutex, the rwlock, the semaphore and the raw FIFO floor (about 70 s);
-#                     table on stdout, chart in build/bench/contention.png
+#                     mutex, the rmutex, the rwlock (writers; readers and writers), the
+#                     semaphore and the raw FIFO floor (about 100 s); tables on stdout (the
+#                     last: Redis calls inside scripts and server time per acquisition, each
+#                     primitive next to the floor's), chart in build/bench/contention.png
 #   make bench-peers  bench/peers/deps.sh (python3-redis, node + npm ci, gnuplot-nox), then
 #                     the same storm for redisync's mutex, the raw floor, redis-py's Lock, node
 #                     redlock and node redis-semaphore on one redis-server (about 3 min);

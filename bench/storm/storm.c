@@ -83,7 +83,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: redisync-storm [--peers DIR] [--procs \"2 8 32 128\"] [--seconds 3]\n"
             "                      [--monitor-seconds 1] [--work-us 50] [--out build/bench]\n"
-            "                      [--only mutex,rwlock,sem,raw,redispy,redlock,redissem]\n");
+            "                      [--only mutex,rmutex,rwlock,rwlockrd,sem,raw,redispy,redlock,redissem]\n");
 }
 
 int main(int argc, char **argv)
@@ -219,6 +219,8 @@ int main(int argc, char **argv)
         print_row(&rows[i]);
     }
     print_details(rows, nrows);
+    if (!o.peers_dir)
+        print_work(rows, nrows);
     printf("\nsettings:\n");
     for (int k = 0; k < storm_nimpls; k++)
         if (selected(&o, &storm_impls[k]))

@@ -72,10 +72,15 @@ typedef struct row {
     double unlock50_us;  /* the holder's unlock call, t3 - t2 */
     double wait50_ms, wait99_ms; /* lock call to lock return, t1 - t0 */
     double script_us;    /* server time per EVALSHA of the workers (INFO commandstats) */
+    double server_us;    /* the same per acquisition: all the workers' EVALSHA time / all
+                          * their acquisitions in the timed phase */
     long violations;     /* two holders at once */
     long fails;
     /* counted phase */
     long mon_acq, mon_cmds, mon_inner, mon_fails;
+    /* rows of readers and writers: [0] the writers', [1] the readers' acquisitions and the
+     * calls inside the scripts they ran */
+    long mon_acq_by[2], mon_inner_by[2];
     char mon_names[256];
 } row_t;
 
@@ -86,6 +91,9 @@ typedef struct monitor {
     pthread_t th;
     int started, ended, err;
     long counted, inner;
+    int role_argv;         /* storm_impl_t.role_argv: 0, or tally inner calls by role */
+    int role;              /* of the last EVALSHA: 1 a reader's */
+    long inner_by[2];
     int nn;
     char name[MON_NAMES][24];
     long cnt[MON_NAMES];
@@ -101,7 +109,8 @@ double loadavg(void);
 
 /* storm_worker.c */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-int c_worker(const storm_impl_t *im, const char *url, const char *name, const char *file);
+int c_worker(const storm_impl_t *im, const char *url, const char *name, const char *file,
+             int idx);
 
 /* storm_redis.c */
 extern char g_one_sha[41];
@@ -125,6 +134,7 @@ void run_row(row_t *row, const opts_t *o, const ts_server_t *srv, redisContext *
 void print_header(void);
 void print_row(const row_t *r);
 void print_details(const row_t *rows, int nrows);
+void print_work(const row_t *rows, int nrows);
 void print_targets(const row_t *rows, int nrows, const opts_t *o, double fast_us);
 int cmp_row_procs(const void *a, const void *b);
 int cmp_row_impl(const void *a, const void *b);

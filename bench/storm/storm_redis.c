@@ -7,7 +7,9 @@
 #include <limits.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "storm_driver.h"
 
@@ -111,6 +113,30 @@ int rtt_measure(redisContext *c, double *p50, double *p99)
 }
 
 /* ----- MONITOR ------------------------------------------------------------------------- */
+/* The role of an EVALSHA whose ARGV[role_argv] says it: 1 when that argument is "r" (a
+ * reader's), else 0. s: the line after its "]": "EVALSHA" "SHA" "NUMKEYS" keys... argv... */
+static int evalsha_role(const char *s, int role_argv)
+{
+    long numkeys = -1;
+    for (long i = 0;; i++) {
+        const char *q = strchr(s, '"');
+        if (!q)
+            return 0;
+        const char *e = q + 1;
+        while (*e && *e != '"')
+            e += e[0] == '\\' && e[1] ? 2 : 1;
+        if (!*e)
+            return 0;
+        if (i == 0 && (e - q - 1 != 7 || strncasecmp(q + 1, "evalsha", 7) != 0))
+            return 0;
+        if (i == 2)
+            numkeys = strtol(q + 1, NULL, 10);
+        if (numkeys >= 0 && i == 2 + numkeys + role_argv)
+            return e - q - 1 == 1 && q[1] == 'r';
+        s = e + 1;
+    }
+}
+
 /* One MONITOR line: 1700000000.123456 [0 127.0.0.1:5555] "EVALSHA" "..." ...
  * Lines of commands run by scripts read [0 lua]. */
 static void monitor_line(monitor_t *m, const char *s)
@@ -134,9 +160,12 @@ static void monitor_line(monitor_t *m, const char *s)
     }
     if (alen == 3 && memcmp(addr, "lua", 3) == 0) {
         m->inner++;
+        m->inner_by[m->role]++;
         return;
     }
     m->counted++;
+    if (m->role_argv)
+        m->role = evalsha_role(rb + 1, m->role_argv);
     /* tally by command name */
     const char *q = strchr(rb, '"');
     if (!q)

@@ -75,6 +75,78 @@ void print_details(const row_t *rows, int nrows)
     }
 }
 
+/* The row of implementation `key` with `procs` processes, or NULL */
+static const row_t *row_of(const row_t *rows, int nrows, const char *key, int procs)
+{
+    for (int i = 0; i < nrows; i++)
+        if (strcmp(rows[i].im->key, key) == 0 && rows[i].procs == procs && rows[i].ok)
+            return &rows[i];
+    return NULL;
+}
+
+static double per(long a, long b)
+{
+    return b ? (double)a / (double)b : 0.0 / 0.0;
+}
+
+static void print_work_line(const char *name, int procs, double handoff_pct, double calls,
+                            double server_us, const row_t *f, const row_t *m)
+{
+    double fc = f ? per(f->mon_inner, f->mon_acq) : 0.0 / 0.0;
+    double mc = m ? per(m->mon_inner, m->mon_acq) : 0.0 / 0.0;
+    printf("%-30s %5d %6.0f%% %9.1f %7.2f %7.2f %10.1f %7.2f\n", name, procs, handoff_pct, calls,
+           calls / fc, calls / mc, server_us, f ? server_us / f->server_us : 0.0 / 0.0);
+}
+
+/* Redis's own work per acquisition, every implementation side by side with the floor's and the
+ * mutex's of the same number of processes: the calls the scripts make (counted phase, MONITOR,
+ * "[0 lua]" lines) and the server time of the EVALSHAs (timed phase, INFO commandstats). */
+void print_work(const row_t *rows, int nrows)
+{
+    printf("\nRedis work per acquisition (each from this run; an acquisition that is a handoff "
+           "to a waiter is\nthe waiter's queued acq plus the holder's rel that hands over: "
+           "\"to a waiter\" says how many were):\n  calls = calls inside the scripts (counted "
+           "phase, MONITOR); server us = the workers' EVALSHA time\n  (timed phase, INFO "
+           "commandstats) / their acquisitions; x floor, x mutex: against the raw floor's\n  "
+           "and the mutex's figure at the same number of processes\n\n");
+    printf("%-30s %5s %7s %9s %7s %7s %10s %7s\n", "implementation", "procs", "to a", "calls /",
+           "calls", "calls", "server us", "server");
+    printf("%-30s %5s %7s %9s %7s %7s %10s %7s\n", "", "", "waiter", "acq", "x floor", "x mutex",
+           "/ acq", "x floor");
+    int last = -1, any_rw = 0;
+    for (int i = 0; i < nrows; i++) {
+        const row_t *r = &rows[i];
+        if (!r->ok || r->im->group == STORM_PEER)
+            continue;
+        if (last != -1 && r->procs != last)
+            printf("\n");
+        last = r->procs;
+        const row_t *f = row_of(rows, nrows, "raw", r->procs);
+        const row_t *m = row_of(rows, nrows, "mutex", r->procs);
+        double ho = r->acq ? 100.0 * (double)r->handoffs / (double)r->acq : 0.0;
+        if (!r->im->readers) {
+            print_work_line(r->im->name, r->procs, ho, per(r->mon_inner, r->mon_acq),
+                            r->server_us, f, m);
+            continue;
+        }
+        /* readers and writers: each role's calls per acquisition of that role; the server
+         * time is the row's, both roles together */
+        char nm[64];
+        any_rw = 1;
+        snprintf(nm, sizeof nm, "%s: rd", r->im->name);
+        print_work_line(nm, r->procs, ho, per(r->mon_inner_by[1], r->mon_acq_by[1]),
+                        r->server_us, f, m);
+        snprintf(nm, sizeof nm, "%s: wr", r->im->name);
+        print_work_line(nm, r->procs, ho, per(r->mon_inner_by[0], r->mon_acq_by[0]),
+                        r->server_us, f, m);
+    }
+    if (any_rw)
+        printf("(rwlock (r+w): the odd-numbered processes read, the others write; \"rd\" "
+               "counts the calls of the\nreaders' own scripts (their acq and rel) per read "
+               "acquisition, \"wr\" the writers'; the handoff\nshare and the server time are "
+               "the whole row's)\n");
+}
+
 /* the raw floor's row with the same number of processes, or NULL */
 static const row_t *floor_row(const row_t *rows, int nrows, int procs)
 {

@@ -69,7 +69,7 @@ static int spawn(worker_t *w, const storm_impl_t *im, const opts_t *o, const ts_
         for (int fd = 3; fd < 1024; fd++)
             close(fd);
         if (im->c)
-            _exit(c_worker(im, srv->url, name, w->file));
+            _exit(c_worker(im, srv->url, name, w->file, idx));
         execvp(argv[0], argv);
         say("error cannot run %s: %s", argv[0], strerror(errno));
         _exit(127);
@@ -258,6 +258,8 @@ static int cmp_rec_t1(const void *a, const void *b)
 /* Throughput, fairness, handoffs and exclusion from the timed phase's records. */
 static void analyse(row_t *row, rec_t *r, size_t n, int procs, uint64_t start, uint64_t end)
 {
+    int readers = row->im->readers;       /* odd-numbered workers read: they may overlap */
+    uint64_t held_until = 0, written_until = 0; /* the latest t2 of any hold, of a write hold */
     qsort(r, n, sizeof *r, cmp_rec_t1);
     long *per = calloc((size_t)procs, sizeof *per);
     uint64_t *ho = malloc((n ? n : 1) * sizeof *ho);
@@ -277,11 +279,20 @@ static void analyse(row_t *row, rec_t *r, size_t n, int procs, uint64_t start, u
             if (per)
                 per[r[i].w]++;
         }
+        if (readers) {
+            /* a writer alone; a reader with readers only */
+            int reader = r[i].w % 2;
+            if (r[i].t1 < (reader ? written_until : held_until))
+                row->violations++;
+            held_until = r[i].t2 > held_until ? r[i].t2 : held_until;
+            if (!reader)
+                written_until = r[i].t2 > written_until ? r[i].t2 : written_until;
+        }
         if (i == 0)
             continue;
         const rec_t *p = &r[i - 1];
         /* the lock can only be granted after the previous holder started to unlock */
-        if (r[i].t1 < p->t2)
+        if (!readers && r[i].t1 < p->t2)
             row->violations++;
         /* a handoff: another process was already waiting when the holder began to unlock */
         if (in && ho && r[i].w != p->w && r[i].t0 < p->t2 && r[i].t1 >= p->t2)
@@ -402,6 +413,9 @@ void run_row(row_t *row, const opts_t *o, const ts_server_t *srv, redisContext *
     recs = load_records(ws, n, &nrec, row->why, sizeof row->why);
     if (!recs)
         goto out;
+    if (nrec)
+        row->server_us = row->script_us * (double)(es_calls1 - es_calls0 - (long long)nload) /
+                         (double)nrec;
     row->fails = 0;
     for (int i = 0; i < n; i++)
         row->fails += ws[i].fails;
@@ -422,6 +436,7 @@ void run_row(row_t *row, const opts_t *o, const ts_server_t *srv, redisContext *
         redisSetTimeout(mon.c, (struct timeval){DONE_GRACE_S + 30, 0});
     }
     local_addr(mark, mon.marker, sizeof mon.marker);
+    mon.role_argv = im->readers ? im->role_argv : 0;
     redisReply *mr = redisCommand(mon.c, "MONITOR");
     int mok = mr && mr->type == REDIS_REPLY_STATUS;
     if (mr)
@@ -461,6 +476,11 @@ void run_row(row_t *row, const opts_t *o, const ts_server_t *srv, redisContext *
         row->mon_fails += ws[i].fails;
     row->mon_cmds = mon.counted;
     row->mon_inner = mon.inner;
+    row->mon_acq_by[0] = row->mon_acq_by[1] = 0;
+    for (size_t i = 0; i < nrec; i++)
+        row->mon_acq_by[im->readers ? recs[i].w % 2 : 0]++;
+    row->mon_inner_by[0] = mon.inner_by[0];
+    row->mon_inner_by[1] = mon.inner_by[1];
     row->mon_names[0] = '\0';
     for (int i = 0; i < mon.nn; i++) {
         size_t u = strlen(row->mon_names);

@@ -55,8 +55,11 @@ void say(const char *fmt, ...)
 }
 
 /* A forked redisync worker: stdin/stdout are the protocol pipes. Returns the exit status. */
-int c_worker(const storm_impl_t *im, const char *url, const char *name, const char *file)
+int c_worker(const storm_impl_t *im, const char *url, const char *name, const char *file,
+             int idx)
 {
+    /* a reader of a row of readers and writers */
+    int (*lock)(void *) = im->readers && idx % 2 ? im->c->rdlock : im->c->lock;
     rs_config_t cfg;
     rs_config_init(&cfg);
     cfg.url = url;
@@ -73,7 +76,7 @@ int c_worker(const storm_impl_t *im, const char *url, const char *name, const ch
         return 1;
     }
     /* warm-up: starts the subscriber, loads the script on this client's connections */
-    if ((rc = im->c->lock(h)) != 0 || (rc = im->c->unlock(h)) != 0) {
+    if ((rc = lock(h)) != 0 || (rc = im->c->unlock(h)) != 0) {
         say("error warm-up lock/unlock: %s (%s)", rs_strerror(rc), rs_client_lasterror(c));
         rs_client_close(c);
         return 1;
@@ -100,7 +103,7 @@ int c_worker(const storm_impl_t *im, const char *url, const char *name, const ch
         while (now_ns() < end) {
             rec_t x;
             x.t0 = now_ns();
-            if ((rc = im->c->lock(h)) != 0) {
+            if ((rc = lock(h)) != 0) {
                 say("error lock: %s (%s)", rs_strerror(rc), rs_client_lasterror(c));
                 err = 1;
                 break;
