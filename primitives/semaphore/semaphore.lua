@@ -84,12 +84,19 @@ local function saw_expiry(ms)
   if not earliest or ms < earliest then earliest = ms end
 end
 
+-- The TTL (ms) that holders and hinfo are known to have at least since a release of this
+-- call extended them, both keys keeping a member (its tombstone) since; 0: not known. Any
+-- removal in between (a purge) forgets it.
+local kept_ms = 0
+
 local function grant(tok, acq, n, lease, now_ms, now_us)
   local f = next_fence(KEYS[4], now_us)
   redis.call('HSET', KEYS[3], acq, fmt(n) .. ' ' .. tok .. ' ' .. f)
   redis.call('ZADD', KEYS[2], fmt(now_ms + lease), acq)
-  extend_lazily(KEYS[2], lease)
-  extend_lazily(KEYS[3], lease)
+  if lease > kept_ms then -- a handover's grant right after the release: already long enough
+    extend_lazily(KEYS[2], lease)
+    extend_lazily(KEYS[3], lease)
+  end
   saw_expiry(now_ms + lease)
   return f
 end
@@ -109,6 +116,7 @@ local function release(acq, t, now_ms)
     if type(redis.pcall('HSET', KEYS[3], tomb, acq)) == 'number' then
       extend_lazily(KEYS[2], keep)
       extend_lazily(KEYS[3], keep)
+      kept_ms = keep
     else
       redis.call('ZREM', KEYS[2], tomb)
     end
@@ -255,6 +263,7 @@ local function holds_read(now_ms, also)
 end
 
 local function remove_all(ids)
+  if #ids > 0 then kept_ms = 0 end
   for i = 1, #ids, 1000 do
     local last = math.min(i + 999, #ids)
     redis.call('ZREM', KEYS[2], unpack(ids, i, last))
@@ -271,6 +280,7 @@ local function count_taken(now_ms, h)
   for _, l in ipairs(h.live) do
     local n = parse_holder(l[3])
     if not n then
+      kept_ms = 0
       redis.call('ZREM', KEYS[2], l[1]) -- no record: an orphan, drop it
     elseif n > 0 then
       taken = taken + n
