@@ -38,7 +38,10 @@
 #                     8 x 4 threads on 16 names; per acquisition the cluster bus messages
 #                     (classic and sharded), client commands, EVALSHA / PUBLISH / SPUBLISH
 #                     calls and server CPU over all nodes (bench/cluster/cluster.c, about
-#                     55 s); CLUSTER_ARGS='SECONDS PROCS' (default '3 8')
+#                     80 s); the one-name storm twice, classic PUBLISH wake-ups (before) and
+#                     sharded (after), and the chart of both against the number of nodes in
+#                     build/bench/cluster.png (gnuplot-nox: bench/deps.sh);
+#                     CLUSTER_ARGS='SECONDS PROCS [OUT]' (default '3 8')
 #
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
@@ -78,6 +81,11 @@ $(eval $(call small_bench,redlock,$(BUILDDIR)/redisync-redlock,REDLOCK_ARGS,4 2 
 $(eval $(call small_bench,cluster,$(BUILDDIR)/redisync-bench-cluster,CLUSTER_ARGS,3 8))
 $(eval $(call small_bench,tls,$(BUILDDIR)/redisync-bench-tls,TLSB_ARGS,4000))
 $(eval $(call small_bench,cond,$(BUILDDIR)/redisync-bench-cond,COND_ARGS,300))
+# bench-cluster draws build/bench/cluster.png with gnuplot when it is installed
+bench-cluster: | bench-chart-deps
+.PHONY: bench-chart-deps
+bench-chart-deps:
+	@sh bench/deps.sh
 
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
 bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster bench-cond
