@@ -120,7 +120,7 @@ local function grant_writer(tok, acq, lease, now_ms, now_us)
   local f = next_fence(KEYS[2], now_us) -- 'g' goes with the hold's fields, in one call
   local x = fmt(now_ms + tonumber(lease))
   redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', x, 'n', 1, 'e', '-', 'g', f)
-  wf = {tok, acq, f, x}
+  wf = nil -- read again if needed (the fast paths return at once: no table to build)
   extend_lazily(KEYS[1], tonumber(lease))
   return f
 end
@@ -143,8 +143,8 @@ end
 
 -- Releases the write hold (its checks done) and remembers the release for a while, so that
 -- a retry of it is not taken for a loss.
+-- (The fast path returns right after; the full path calls no_writer() itself.)
 local function release_writer()
-  no_writer()
   redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
   if type(redis.pcall('HSET', KEYS[1], 'r', ARGV[3])) == 'number' then
     extend_lazily(KEYS[1], math.max(tonumber(ARGV[4]), TOMB_MS))
@@ -527,6 +527,7 @@ if op == 'rel' then
   if mode == 'w' then
     if held_by('w', tokhash, ARGV[3], now_ms) then
       release_writer()
+      no_writer()
       promote(now_ms, now_us, nil)
       return 1
     end
