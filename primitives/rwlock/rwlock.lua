@@ -75,26 +75,16 @@ end
 -- What this call has read, kept while valid so that no key is read twice: every write of
 -- what a cache holds updates it or forgets it (nil: not known).
 --   wf     the writer's fields {o, a, f, x} of the main key (false where absent)
---   rd     {tok, info} of the last reader() read (info false: no read hold)
+--   rd     {tok, info} of the last reader_c() read (info false: no read hold)
 --   nr     the number of read holds (HLEN of rinfo)
 local wf, rd, nr
 local granted -- a grant of this call has moved the fencing counter
 
--- The writer's fields, read once.
-local function writer()
-  if not wf then wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x') end
-  return wf
-end
-
-local function no_writer()
-  wf = {false, false, false, false}
-end
-
 -- The owner's read hold: acqid, count, fence, last call id (or nil).
 local function reader(tok)
-  if not rd or rd[1] ~= tok then rd = {tok, redis.call('HGET', KEYS[6], tok)} end
-  if not rd[2] then return nil end
-  return string.match(rd[2], '^(%S+) (%d+) (%d+) (%S+)$')
+  local info = redis.call('HGET', KEYS[6], tok)
+  if not info then return nil end
+  return string.match(info, '^(%S+) (%d+) (%d+) (%S+)$')
 end
 
 local function set_reader(tok, acq, n, f, last)
@@ -181,8 +171,9 @@ end
 local qfirst, fast_ms, fast_us
 if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
   local tokhash = redis.sha1hex(ARGV[2])
-  if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') and
-      not writer()[1] and -- no writer, live or lapsed
+  local try = op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't')
+  if try then wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x') end
+  if try and not wf[1] and -- no writer, live or lapsed
       redis.call('ZCARD', KEYS[3]) == 0 and
       (mode == 'w' and redis.call('HLEN', KEYS[6]) == 0 or -- no read hold, live or lapsed
        mode == 'r' and redis.call('HEXISTS', KEYS[6], tokhash) == 0) then -- not its own
@@ -200,7 +191,8 @@ if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
     fast_ms, fast_us = clock()
     local now_ms = fast_ms
     if mode == 'w' then
-      local w = writer()
+      wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x')
+      local w = wf
       if w[1] == tokhash and w[2] == ARGV[3] and (tonumber(w[4]) or 0) > now_ms then
         qfirst = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or false
         if not qfirst then
@@ -211,7 +203,7 @@ if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
     elseif reader(tokhash) == ARGV[3] and
         (tonumber(redis.call('ZSCORE', KEYS[5], tokhash)) or 0) > now_ms and
         redis.call('ZCARD', KEYS[3]) == 0 and
-        writer() then -- the main key's type (HMGET fails on another): written below
+        redis.call('HEXISTS', KEYS[1], 'o') >= 0 then -- the main key's type: written below
       purge_readers(now_ms) -- or a workload of readers alone would grow the zset
       release_reader(tokhash, now_ms)
       return 1
@@ -220,6 +212,23 @@ if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
 end
 
 -- @common
+
+-- The writer's fields, read once.
+local function writer()
+  if not wf then wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x') end
+  return wf
+end
+
+local function no_writer()
+  wf = {false, false, false, false}
+end
+
+-- reader(), its reply kept in rd for the next call on the same owner.
+local function reader_c(tok)
+  if not rd or rd[1] ~= tok then rd = {tok, redis.call('HGET', KEYS[6], tok) or false} end
+  if not rd[2] then return nil end
+  return string.match(rd[2], '^(%S+) (%d+) (%d+) (%S+)$')
+end
 
 -- The keys this call has read with a command of their type (so checked): the type checks
 -- before the first write TYPE only the others.
@@ -257,7 +266,7 @@ local function held_by(m, tok, acq, now_ms)
     if w[1] == tok and w[2] == acq and x > now_ms then return w[3], x - now_ms end
     return nil
   end
-  local racq, _, rf = reader(tok)
+  local racq, _, rf = reader_c(tok)
   if racq ~= acq then return nil end
   local exp = tonumber(redis.call('ZSCORE', KEYS[5], tok)) or 0
   if exp <= now_ms then return nil end
@@ -370,7 +379,7 @@ if op == 'info' then
   for _, r in ipairs(first_readers(now_ms, MAX_LISTED, 4 * MAX_LISTED + 64)) do
     if #holders >= MAX_LISTED then break end
     if not (writer and r[1] == w[1]) then
-      local racq = reader(r[1])
+      local racq = reader_c(r[1])
       if racq then
         holders[#holders + 1] = racq
         if ttl < 0 then ttl = r[2] - now_ms end
@@ -441,7 +450,7 @@ if op == 'enter' or op == 'leave' then
     local x = redis.call('HMGET', KEYS[1], 'n', 'e')
     rn, last = x[1], x[2]
   else
-    racq, rn, rf, last = reader(tokhash)
+    racq, rn, rf, last = reader_c(tokhash)
   end
   local n = tonumber(rn) or 1
   if last == call then return n end
@@ -470,7 +479,7 @@ if hot then
     typed[4] = true
   end
   if op ~= 'rel' or mode == 'r' then
-    reader(tokhash)
+    reader_c(tokhash)
   else
     nreaders()
   end
@@ -489,7 +498,7 @@ if op == 'acq' then
   local f, ttl = held_by(mode, tokhash, ARGV[3], now_ms)
   if f then return {1, f, ttl} end
   local wo = writer()[1]
-  local racq = reader(tokhash)
+  local racq = reader_c(tokhash)
   if mode == 'w' then
     -- held under another id (another handle), or an upgrade: both would wait for ourselves
     if wo == tokhash or racq then return {-1} end
