@@ -261,7 +261,8 @@ void rs__notify_poke_locked(rs_waiter_t *w, int wake);
 
 /* ----- notify_shard.c ---------------------------------------------------------------- */
 /* The most sharded channels a client keeps subscribed (one per name it waits on); beyond,
- * the least recently used one nobody waits on is dropped. */
+ * the least recently used one nobody waits on is dropped (channels with waiters never are).
+ * tests/test_cluster_shard.c waits on more names than this and checks the count. */
 #define RS_SHARD_CHANNELS_MAX 1024
 /* After rs__notify_begin of a waiter whose acquisition id is sharded ("PUBLICID:sN..."):
  * listens on the sharded channel of key's hash tag, subscribing (SSUBSCRIBE on the master of

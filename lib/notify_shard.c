@@ -17,7 +17,9 @@
  * never with its waiters (all local waiters on one name share one channel; messages name the
  * acquisition, rs__notify_dispatch finds the waiter). They are bounded by
  * RS_SHARD_CHANNELS_MAX: beyond it the least recently used channel nobody waits on is
- * unsubscribed; the rest go at close. A channel costs Redis one entry per subscriber.
+ * unsubscribed (a later wait on its name subscribes it again, as a first wait does); the
+ * rest go at close. A channel with waiters is never dropped, so while more names than the
+ * bound have waiters at once the count exceeds it until they end. A channel costs Redis one entry per subscriber.
  * Subscriber connections: one per master that serves a channel of ours (started on demand,
  * each with a thread that reads it), at most one per master of the cluster.
  *

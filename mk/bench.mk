@@ -3,8 +3,10 @@
 # COMPILE_PROG, LINK_PROG, PROG_LIBS, SUPPORT_OBJS, GEN) it uses.
 #
 #   make bench        also runs build/redisync-storm first: 2, 8, 32 and 128 processes on the
-#                     mutex, the rwlock, the semaphore and the raw FIFO floor (about 70 s);
-#                     table on stdout, chart in build/bench/contention.png
+#                     mutex, the rmutex, the rwlock (writers; readers and writers), the
+#                     semaphore and the raw FIFO floor (about 100 s); tables on stdout (the
+#                     last: Redis calls inside scripts and server time per acquisition, each
+#                     primitive next to the floor's), chart in build/bench/contention.png
 #   make bench-peers  bench/peers/deps.sh (python3-redis, node + npm ci, gnuplot-nox), then
 #                     the same storm for redisync's mutex, the raw floor, redis-py's Lock, node
 #                     redlock and node redis-semaphore on one redis-server (about 3 min);
@@ -42,7 +44,10 @@
 #                     8 x 4 threads on 16 names; per acquisition the cluster bus messages
 #                     (classic and sharded), client commands, EVALSHA / PUBLISH / SPUBLISH
 #                     calls and server CPU over all nodes (bench/cluster/cluster.c, about
-#                     55 s); CLUSTER_ARGS='SECONDS PROCS' (default '3 8')
+#                     80 s); the one-name storm twice, classic PUBLISH wake-ups (before) and
+#                     sharded (after), and the chart of both against the number of nodes in
+#                     build/bench/cluster.png (gnuplot-nox: bench/deps.sh);
+#                     CLUSTER_ARGS='SECONDS PROCS [OUT]' (default '3 8')
 #
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
@@ -60,8 +65,7 @@ STORM_ARGS ?=
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
 .PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls \
-        bench-cluster bench-cond
-.PHONY: bench-fanout
+        bench-cluster bench-cond bench-fanout
 
 # The one-program benchmarks: bench/DIR/DIR.c builds BIN, which make bench-DIR runs with
 # $(ARGSVAR) (default DEFAULT). $(call small_bench,DIR,BIN,ARGSVAR,DEFAULT)
@@ -84,10 +88,15 @@ $(eval $(call small_bench,cluster,$(BUILDDIR)/redisync-bench-cluster,CLUSTER_ARG
 $(eval $(call small_bench,tls,$(BUILDDIR)/redisync-bench-tls,TLSB_ARGS,4000))
 $(eval $(call small_bench,cond,$(BUILDDIR)/redisync-bench-cond,COND_ARGS,300))
 $(eval $(call small_bench,fanout,$(BUILDDIR)/redisync-bench-fanout,FANOUT_ARGS,5 50))
+# bench-cluster draws build/bench/cluster.png with gnuplot when it is installed
+bench-cluster: | bench-chart-deps
+.PHONY: bench-chart-deps
+bench-chart-deps:
+	@sh bench/deps.sh
 
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
-bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster bench-cond
-bench: bench-fanout
+bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster bench-cond \
+       bench-fanout
 
 bench-contention: | deps
 	@sh bench/deps.sh

@@ -9,10 +9,12 @@
 -- a lease of its own, renewed by the waiter's watchdog, so a crashed waiter is skipped.
 
 -- nil if every key is absent or of its wanted type (want[i] for KEYS[i]), else the
--- WRONGTYPE error to return before anything is written.
-local function wrong_type(want, what)
+-- WRONGTYPE error to return before anything is written. skip (optional): skip[i] true for
+-- the keys the caller has already read with a command of their type (a read of a key of
+-- another type fails with WRONGTYPE itself, before anything is written): no TYPE call.
+local function wrong_type(want, what, skip)
   for i = 1, #want do
-    local t = redis.call('TYPE', KEYS[i]).ok
+    local t = (skip and skip[i]) and want[i] or redis.call('TYPE', KEYS[i]).ok
     if t ~= 'none' and t ~= want[i] then
       return redis.error_reply('WRONGTYPE key ' .. KEYS[i] .. ' holds a ' .. t ..
                                ', not a redisync ' .. what .. ' ' .. want[i])
@@ -27,13 +29,15 @@ local function q_drop(q, qi, id)
 end
 
 -- The first live entry of the queue and its info (expired ones are removed on the way).
--- first: the queue's first id if the caller has just read it (ZRANGE q 0 0), else nil.
-local function q_live_head(q, qi, now_ms, first)
-  local head = first
+-- first: the queue's first id if the caller has just read it (ZRANGE q 0 0), else nil;
+-- first_info: that id's info if the caller has read it too (HGET qi first), else nil.
+local function q_live_head(q, qi, now_ms, first, first_info)
+  local head, known = first, first_info
   while true do
     head = head or redis.call('ZRANGE', q, 0, 0)[1]
     if not head then return nil end
-    local info = redis.call('HGET', qi, head)
+    local info = known or redis.call('HGET', qi, head)
+    known = nil
     local exp = info and tonumber(string.match(info, '^(%d+) '))
     if exp and exp > now_ms then return head, info end
     q_drop(q, qi, head)

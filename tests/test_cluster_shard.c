@@ -19,12 +19,19 @@
  *                            holder's lease (what a lost wake-up would cost)
  *   failover_serves_waiters  the same with the slot's master replaced by its replica
  *                            (CLUSTER FAILOVER on the replica, 3 masters + 3 replicas)
+ *   channels_bounded_no_lost_wakeup
+ *                            one client waits on RS_SHARD_CHANNELS_MAX + 16 names in turn:
+ *                            the masters then hold exactly RS_SHARD_CHANNELS_MAX of its
+ *                            channels (the least recently used unsubscribed), and a wait on
+ *                            the first name, whose channel went, subscribes it again and is
+ *                            woken by the release, not by the holder's lease
  * Without the re-subscription a waiter's wake-up after a move is published where nobody
  * listens, and it sleeps the holder's whole lease (WAITER_LEASE_MS) before it retries.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -32,6 +39,7 @@
 #include <string.h>
 
 #include "cluster.h"
+#include "internal.h"
 #include "redis_server.h"
 #include "redisync.h"
 #include "test_util.h"
@@ -366,4 +374,94 @@ Test(cluster_shard, failover_serves_waiters)
     serve_all(mv);
     free(mv);
     ts_cluster_stop(nodes, 6);
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* The bound on a client's sharded channels (RS_SHARD_CHANNELS_MAX, lib/internal.h): one
+ * client waits on more names than that, one after the other; the masters must then hold
+ * exactly the bound's number of its channels (the least recently used, nobody waiting on
+ * them, were unsubscribed: SUNSUBSCRIBE), and a wait on the first name, whose channel went
+ * first, subscribes it again and is woken by the release, not by the holder's lease. */
+
+#define BOUND_EXTRA 16
+#define BOUND_LEASE_MS 20000 /* a waiter whose wake-up is lost sleeps up to this long */
+
+static long long all_shard_channels(const ts_server_t *nodes, int n)
+{
+    long long sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += shard_channels(&nodes[i]);
+    return sum;
+}
+
+static long long wait_channels(const ts_server_t *nodes, int n, long long want)
+{
+    long long end = tu_mono_ms() + 10000, got;
+    while ((got = all_shard_channels(nodes, n)) != want && tu_mono_ms() < end)
+        tu_sleep_ms(20);
+    return got;
+}
+
+Test(cluster_shard, channels_bounded_no_lost_wakeup, .timeout = 180)
+{
+    ts_server_t nodes[3];
+    cr_assert_eq(ts_cluster_start(nodes, 3), 0);
+    char prefix[32], url[160];
+    ts_unique_prefix(prefix, sizeof prefix);
+    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
+             nodes[2].port);
+    rs_client_t *h = open_client(url, prefix, 1); /* classic: it never waits, no channels */
+    waiter_t w;
+    memset(&w, 0, sizeof w);
+    w.c = open_client(url, prefix, 0);
+    long long t0 = tu_mono_ms();
+    /* one wait per name on a held mutex, each given up after 2 ms (queued, then cancelled):
+     * each subscribes the name's channel, at its first wait, and keeps it */
+    int nnames = RS_SHARD_CHANNELS_MAX + BOUND_EXTRA;
+    for (int i = 0; i < nnames; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "b%d", i);
+        rs_mutex_t *hm = NULL, *wm = NULL;
+        cr_assert_eq(rs_mutex_init(&hm, h, name), 0);
+        cr_assert_eq(rs_mutex_init(&wm, w.c, name), 0);
+        cr_assert_eq(rs_mutex_lock(hm), 0, "%s: %s", name, rs_client_lasterror(h));
+        struct timespec dl = tu_abs_in(2);
+        int rc = rs_mutex_timedlock(wm, &dl);
+        cr_assert_eq(rc, ETIMEDOUT, "%s: waiter got %d (%s)", name, rc,
+                     rs_client_lasterror(w.c));
+        cr_assert_eq(rs_mutex_unlock(hm), 0);
+        cr_assert_eq(rs_mutex_destroy(hm), 0);
+        cr_assert_eq(rs_mutex_destroy(wm), 0);
+    }
+    long long got = wait_channels(nodes, 3, RS_SHARD_CHANNELS_MAX);
+    cr_log_info("%d waits on %d names in %lld ms: %lld sharded channels on the masters",
+                nnames, nnames, tu_mono_ms() - t0, got);
+    cr_expect_eq(got, RS_SHARD_CHANNELS_MAX, "%lld channels after waits on %d names, bound %d",
+                 got, nnames, RS_SHARD_CHANNELS_MAX);
+
+    /* b0's channel was the least recently used: a wait on it now subscribes it again, and
+     * the release wakes the waiter */
+    rs_mutex_t *hm = NULL;
+    cr_assert_eq(rs_mutex_init(&hm, h, "b0"), 0);
+    cr_assert_eq(rs_mutex_setlease(hm, BOUND_LEASE_MS), 0);
+    cr_assert_eq(rs_mutex_lock(hm), 0);
+    cr_assert_eq(rs_mutex_init(&w.m, w.c, "b0"), 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, waiter_main, &w), 0);
+    wait_queued(nodes, 3, prefix, "b0", 1);
+    long long released = tu_mono_ms();
+    cr_assert_eq(rs_mutex_unlock(hm), 0);
+    cr_assert(tu_thread_join(th, &w.done, 60000), "the waiter never returned");
+    cr_expect_eq(w.rc, 0, "waiter: %s", w.err);
+    long long ms = w.got_ms - released;
+    cr_log_info("the evicted name's waiter woken %lld ms after the release", ms);
+    cr_expect_lt(ms, BOUND_LEASE_MS / 4, "woken after %lld ms: the wake-up was lost", ms);
+    cr_expect_eq(wait_channels(nodes, 3, RS_SHARD_CHANNELS_MAX), RS_SHARD_CHANNELS_MAX,
+                 "re-subscribing b0 did not keep the count at the bound");
+    cr_expect_eq(rs_mutex_destroy(hm), 0);
+    cr_expect_eq(rs_mutex_destroy(w.m), 0);
+    rs_client_close(h);
+    rs_client_close(w.c);
+    cr_expect_eq(wait_channels(nodes, 3, 0), 0, "channels left after close");
+    ts_cluster_stop(nodes, 3);
 }

@@ -29,9 +29,18 @@
  *   idle us     that idle share, per acquisition (cluster cron and bus pings: it shrinks as
  *               throughput grows)
  *
- * Usage: redisync-bench-cluster [SECONDS [PROCS]] (default 3 8). Exit status 1 if a storm
- * failed (a lock or unlock error), else 0.
+ * Before and after: the one-name storm runs twice on each deployment, first with the workers'
+ * clients forced to classic wake-ups (REDISYNC_CLUSTER_PUBSUB=classic: PUBLISH, what every
+ * release did before sharded wake-ups), then sharded (SPUBLISH); the 16-name storm runs
+ * sharded. The chart OUT/cluster.png (data and gnuplot script beside it; gnuplot-nox, from
+ * bench/deps.sh, draws it if installed) plots the one-name storm's bus messages and server
+ * CPU per acquisition against the number of nodes, classic against sharded.
+ *
+ * Usage: redisync-bench-cluster [SECONDS [PROCS [OUT]]] (default 3 8 build/bench). Exit
+ * status 1 if a storm failed (a lock or unlock error) or the chart could not be written,
+ * else 0.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,8 +126,10 @@ static void *thread_main(void *arg)
 }
 
 static void worker(shared_t *sh, int id, int threads, int names, const char *url,
-                   const char *prefix)
+                   const char *prefix, int classic)
 {
+    if (classic)
+        setenv("REDISYNC_CLUSTER_PUBSUB", "classic", 1); /* read by rs_client_open */
     rs_config_t cfg;
     rs_config_init(&cfg);
     cfg.url = url;
@@ -240,8 +252,17 @@ static void snapshot(const ts_server_t *nodes, int n, stats_t *st)
     }
 }
 
-static int storm(const ts_server_t *nodes, int n, const char *label, int procs, int threads,
-                 int names, int secs, shared_t *sh)
+/* One point of the chart: a one-name storm's figures per acquisition. */
+typedef struct point {
+    int nodes, replicas, classic;
+    double bus, cpu;
+} point_t;
+
+static point_t g_points[8];
+static int g_npoints;
+
+static int storm(const ts_server_t *nodes, int n, int replicas, const char *label, int procs,
+                 int threads, int names, int classic, int secs, shared_t *sh)
 {
     memset(sh, 0, sizeof *sh);
     char prefix[32], url[64];
@@ -251,7 +272,7 @@ static int storm(const ts_server_t *nodes, int n, const char *label, int procs, 
     for (int i = 0; i < procs; i++) {
         pid[i] = fork();
         if (pid[i] == 0)
-            worker(sh, i, threads, names, url, prefix);
+            worker(sh, i, threads, names, url, prefix, classic);
     }
     int want = procs * threads;
     while (atomic_load(&sh->ready) < want && atomic_load(&sh->failed) == 0)
@@ -280,12 +301,16 @@ static int storm(const ts_server_t *nodes, int n, const char *label, int procs, 
         return -1;
     }
     /* the snapshots' own INFO / CLUSTER INFO on the masters are already left out */
-    printf("%-34s %7.0f %7.0f %8.3f %8.3f %7.2f %8.3f %8.3f %8.3f %8.1f %8.1f\n", label, acq,
+    printf("%-40s %7.0f %7.0f %8.3f %8.3f %7.2f %8.3f %8.3f %8.3f %8.1f %8.1f\n", label, acq,
            acq / secs, (b.pub - a.pub) / acq, (b.spub - a.spub) / acq, (b.cmds - a.cmds) / acq,
            (b.evalsha - a.evalsha) / acq, (b.publish - a.publish) / acq,
            (b.spublish - a.spublish) / acq, (b.cpu_us - a.cpu_us - idle_cpu) / acq,
            idle_cpu / acq);
     fflush(stdout);
+    if (names == 1 && g_npoints < (int)(sizeof g_points / sizeof g_points[0]))
+        g_points[g_npoints++] = (point_t){n, replicas, classic,
+                                          (b.pub - a.pub + b.spub - a.spub) / acq,
+                                          (b.cpu_us - a.cpu_us - idle_cpu) / acq};
     return 0;
 }
 
@@ -298,20 +323,107 @@ static int deployment(const char *what, int n, int replicas, int secs, int procs
     }
     char label[64];
     int rc = 0;
+    snprintf(label, sizeof label, "%s, 1 name, classic", what);
+    rc |= storm(nodes, n, replicas, label, procs, 1, 1, 1, secs, sh);
     snprintf(label, sizeof label, "%s, 1 name", what);
-    rc |= storm(nodes, n, label, procs, 1, 1, secs, sh);
+    rc |= storm(nodes, n, replicas, label, procs, 1, 1, 0, secs, sh);
     snprintf(label, sizeof label, "%s, %d names", what, NAMES_MANY);
-    rc |= storm(nodes, n, label, procs, TPP_MANY, NAMES_MANY, secs, sh);
+    rc |= storm(nodes, n, replicas, label, procs, TPP_MANY, NAMES_MANY, 0, secs, sh);
     ts_cluster_stop(nodes, n);
     return rc;
+}
+
+/* A block of the chart's data: the points of one mode and deployment kind. */
+static void data_block(FILE *f, int classic, int replicas)
+{
+    fprintf(f, "# %s wake-ups, %s\n", classic ? "classic (PUBLISH)" : "sharded (SPUBLISH)",
+            replicas ? "masters + replicas" : "masters only");
+    for (int i = 0; i < g_npoints; i++)
+        if (g_points[i].classic == classic && (g_points[i].replicas > 0) == replicas)
+            fprintf(f, "%d %.3f %.1f\n", g_points[i].nodes, g_points[i].bus, g_points[i].cpu);
+    fprintf(f, "\n\n");
+}
+
+/* OUT/cluster.dat and cluster.gp, and cluster.png if gnuplot is installed. 0, or -1. */
+static int write_chart(const char *out, int procs, int secs)
+{
+    char dat[512], gp[512], png[512];
+    snprintf(dat, sizeof dat, "%s/cluster.dat", out);
+    snprintf(gp, sizeof gp, "%s/cluster.gp", out);
+    snprintf(png, sizeof png, "%s/cluster.png", out);
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench-cluster: %s: %s\n", out, strerror(errno));
+        return -1;
+    }
+    FILE *f = fopen(dat, "w");
+    if (!f) {
+        fprintf(stderr, "bench-cluster: %s: %s\n", dat, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "# nodes bus_messages_per_acq server_cpu_us_per_acq (one mutex, %d processes)\n",
+            procs);
+    /* index 0..3: classic masters, sharded masters, classic + replicas, sharded + replicas */
+    data_block(f, 1, 0);
+    data_block(f, 0, 0);
+    data_block(f, 1, 1);
+    data_block(f, 0, 1);
+    fclose(f);
+    if (!(f = fopen(gp, "w"))) {
+        fprintf(stderr, "bench-cluster: %s: %s\n", gp, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "# written by build/redisync-bench-cluster; run: gnuplot %s\n", gp);
+    fprintf(f, "set terminal pngcairo noenhanced size 1240,600 font 'DejaVu Sans,11'\n");
+    fprintf(f, "set output '%s'\n", png);
+    fprintf(f, "set multiplot layout 1,2 title \"What one handoff costs a Redis Cluster: %d "
+               "processes on one mutex, %d s per point\\nbefore: classic PUBLISH wake-ups "
+               "(REDISYNC_CLUSTER_PUBSUB=classic); after: sharded SPUBLISH; 2 shared "
+               "vCPUs, figures are noisy\"\n", procs, secs);
+    fprintf(f, "set xlabel 'nodes in the cluster'\nset xrange [2:7]\nset xtics (3, 6)\n"
+               "set grid\nset key top left\n");
+    const char *style[4][2] = {{"lw 2 pt 7 lc rgb '#c0392b'", "classic, masters only"},
+                               {"lw 2 pt 7 lc rgb '#2471a3'", "sharded, masters only"},
+                               {"pt 5 ps 1.5 lc rgb '#c0392b'", "classic, 3 masters + 3 replicas"},
+                               {"pt 5 ps 1.5 lc rgb '#2471a3'", "sharded, 3 masters + 3 replicas"}};
+    /* title, y label, data column, y range (the bus panel's zero line kept clear of the axis) */
+    const char *panel[2][4] = {
+        {"cluster bus messages per acquisition (publish + publishshard sent, all nodes)",
+         "bus messages / acquisition", "2", "[-0.3:*]"},
+        {"server CPU per acquisition, all nodes (idle share removed)", "CPU us / acquisition",
+         "3", "[0:*]"}};
+    for (int p = 0; p < 2; p++) {
+        fprintf(f, "set title '%s'\nset ylabel '%s'\nset yrange %s\nplot ", panel[p][0],
+                panel[p][1], panel[p][3]);
+        for (int b = 0; b < 4; b++)
+            fprintf(f, "%s'%s' index %d using 1:%s with %s %s title '%s'", b ? ", " : "", dat, b,
+                    panel[p][2], b < 2 ? "linespoints" : "points", style[b][0], style[b][1]);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "unset multiplot\n");
+    fclose(f);
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        printf("chart: gnuplot is not installed (bench/deps.sh installs gnuplot-nox as root); "
+               "data in %s, script in %s\n", dat, gp);
+        return 0;
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "bench-cluster: gnuplot %s failed\n", gp);
+        return -1;
+    }
+    printf("chart: %s (data %s)\n", png, dat);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     int secs = argc > 1 ? atoi(argv[1]) : 3;
     int procs = argc > 2 ? atoi(argv[2]) : 8;
+    const char *out = argc > 3 ? argv[3] : "build/bench";
     if (secs < 1 || procs < 2 || procs > PMAX) {
-        fprintf(stderr, "usage: redisync-bench-cluster [SECONDS [PROCS (2..%d)]]\n", PMAX);
+        fprintf(stderr, "usage: redisync-bench-cluster [SECONDS [PROCS (2..%d) [OUT]]]\n",
+                PMAX);
         return 2;
     }
     shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
@@ -320,7 +432,7 @@ int main(int argc, char **argv)
         return 1;
     printf("bench-cluster: %d processes (16 names: x %d threads), %d us sections, %d s per "
            "storm; figures per acquisition\n", procs, TPP_MANY, WORK_US, secs);
-    printf("%-34s %7s %7s %8s %8s %7s %8s %8s %8s %8s %8s\n", "deployment, storm", "acq",
+    printf("%-40s %7s %7s %8s %8s %7s %8s %8s %8s %8s %8s\n", "deployment, storm", "acq",
            "acq/s", "bus pub", "bus spub", "cmds", "evalsha", "publish", "spublish", "cpu us",
            "idle us");
     int rc = 0;
@@ -328,5 +440,7 @@ int main(int argc, char **argv)
     rc |= deployment("3 masters + 3 replicas", 6, 1, secs, procs, sh);
     rc |= deployment("6 masters", 6, 0, secs, procs, sh);
     munmap(sh, sizeof *sh);
+    if (write_chart(out, procs, secs) != 0)
+        rc = 1;
     return rc ? 1 : 0;
 }

@@ -41,7 +41,28 @@ static int mutex_destroy(void *h)
 {
     return rs_mutex_destroy(h);
 }
-static const storm_c_ops_t mutex_ops = {mutex_init, mutex_lock, mutex_unlock, mutex_destroy};
+static const storm_c_ops_t mutex_ops = {mutex_init, mutex_lock, mutex_unlock, mutex_destroy, NULL};
+
+/* ----- recursive mutex, one level deep ----------------------------------------------------- */
+static int rmutex_init(void **h, rs_client_t *c, const char *url, const char *name)
+{
+    (void)url;
+    return rs_rmutex_init((rs_rmutex_t **)h, c, name);
+}
+static int rmutex_lock(void *h)
+{
+    return rs_rmutex_lock(h);
+}
+static int rmutex_unlock(void *h)
+{
+    return rs_rmutex_unlock(h);
+}
+static int rmutex_destroy(void *h)
+{
+    return rs_rmutex_destroy(h);
+}
+static const storm_c_ops_t rmutex_ops = {rmutex_init, rmutex_lock, rmutex_unlock, rmutex_destroy,
+                                         NULL};
 
 /* ----- read-write lock, writers only ------------------------------------------------------ */
 #ifdef STORM_HAVE_RWLOCK
@@ -62,7 +83,15 @@ static int rwlock_destroy(void *h)
 {
     return rs_rwlock_destroy(h);
 }
-static const storm_c_ops_t rwlock_ops = {rwlock_init, rwlock_lock, rwlock_unlock, rwlock_destroy};
+static const storm_c_ops_t rwlock_ops = {rwlock_init, rwlock_lock, rwlock_unlock, rwlock_destroy,
+                                         NULL};
+/* readers and writers: the odd-numbered workers read */
+static int rwlock_rdlock(void *h)
+{
+    return rs_rwlock_rdlock(h);
+}
+static const storm_c_ops_t rwlock_rw_ops = {rwlock_init, rwlock_lock, rwlock_unlock,
+                                            rwlock_destroy, rwlock_rdlock};
 #endif
 
 /* ----- semaphore of one permit ---------------------------------------------------------- */
@@ -84,7 +113,7 @@ static int sem_destroy(void *h)
 {
     return rs_sem_destroy(h);
 }
-static const storm_c_ops_t sem_ops = {sem_init, sem_lock, sem_unlock, sem_destroy};
+static const storm_c_ops_t sem_ops = {sem_init, sem_lock, sem_unlock, sem_destroy, NULL};
 #endif
 
 
@@ -212,34 +241,40 @@ static int raw_unlock(void *h)
         freeReplyObject(r);
     return ok ? 0 : RS_ECONN;
 }
-static const storm_c_ops_t raw_ops = {raw_init, raw_lock, raw_unlock, raw_destroy};
+static const storm_c_ops_t raw_ops = {raw_init, raw_lock, raw_unlock, raw_destroy, NULL};
 
 #define RS_SETTINGS "default client config: lease 30000 ms; FIFO queue in Redis, woken by one " \
                     "PUBLISH, no polling"
 
 const storm_impl_t storm_impls[] = {
-    {"redisync mutex", "mutex", STORM_REDISYNC, &mutex_ops, {NULL}, RS_SETTINGS},
+    {"redisync mutex", "mutex", STORM_REDISYNC, &mutex_ops, {NULL}, RS_SETTINGS, 0, 0},
+    {"redisync rmutex", "rmutex", STORM_REDISYNC, &rmutex_ops, {NULL},
+     RS_SETTINGS "; recursive mutex, one level", 0, 0},
 #ifdef STORM_HAVE_RWLOCK
-    {"redisync rwlock (wr)", "rwlock", STORM_REDISYNC, &rwlock_ops, {NULL}, RS_SETTINGS "; writers only"},
+    {"redisync rwlock (wr)", "rwlock", STORM_REDISYNC, &rwlock_ops, {NULL},
+     RS_SETTINGS "; writers only", 0, 0},
+    /* ARGV[9] of rwlock.lua is the mode, "r" or "w" */
+    {"redisync rwlock (r+w)", "rwlockrd", STORM_REDISYNC, &rwlock_rw_ops, {NULL},
+     RS_SETTINGS "; odd-numbered processes read, the others write", 1, 9},
 #endif
 #ifdef STORM_HAVE_SEM
-    {"redisync sem (1)", "sem", STORM_REDISYNC, &sem_ops, {NULL}, RS_SETTINGS "; 1 permit"},
+    {"redisync sem (1)", "sem", STORM_REDISYNC, &sem_ops, {NULL}, RS_SETTINGS "; 1 permit", 0, 0},
 #endif
     {"raw FIFO (floor)", "raw", STORM_BASELINE, &raw_ops, {NULL},
      "the floor, not a usable lock: 2 tiny scripts (SET NX or RPUSH; LPOP + SET + PUBLISH), "
-     "no lease, waiter blocked in read() on its own subscriber connection"},
+     "no lease, waiter blocked in read() on its own subscriber connection", 0, 0},
     /* the peers (bench/peers/): their documented defaults, see bench/peers/README.md */
     {"redis-py Lock", "redispy", STORM_PEER, NULL,
      {"/usr/bin/python3", "@PEERS@/redispy_worker.py", NULL},
      "redis-py (Debian python3-redis) Lock defaults: sleep=0.1 s between SET NX attempts, "
-     "timeout=None (no lease), blocking_timeout=None"},
+     "timeout=None (no lease), blocking_timeout=None", 0, 0},
     {"node redlock", "redlock", STORM_PEER, NULL,
      {"node", "@PEERS@/worker.js", "redlock", NULL},
      "redlock 4.2.0 defaults: retryCount=10, retryDelay=200 ms, retryJitter=100 ms, "
-     "driftFactor=0.01; ttl 30000 ms (it has no default); ioredis 5"},
+     "driftFactor=0.01; ttl 30000 ms (it has no default); ioredis 5", 0, 0},
     {"node redis-semaphore", "redissem", STORM_PEER, NULL,
      {"node", "@PEERS@/worker.js", "redis-semaphore", NULL},
      "redis-semaphore Mutex defaults: retryInterval=10 ms, acquireTimeout=10000 ms, "
-     "lockTimeout=10000 ms, refreshInterval=8000 ms; ioredis 5"},
+     "lockTimeout=10000 ms, refreshInterval=8000 ms; ioredis 5", 0, 0},
 };
 const int storm_nimpls = (int)(sizeof storm_impls / sizeof storm_impls[0]);

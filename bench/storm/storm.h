@@ -20,6 +20,8 @@ typedef struct storm_c_ops {
     int (*lock)(void *h);
     int (*unlock)(void *h);
     int (*destroy)(void *h);
+    /* a row of readers and writers (storm_impl_t.readers): the read lock; unlock releases it */
+    int (*rdlock)(void *h);
 } storm_c_ops_t;
 
 #define STORM_ARGV_MAX 8
@@ -39,6 +41,11 @@ typedef struct storm_impl {
      * argument is replaced with the peers directory */
     const char *argv[STORM_ARGV_MAX];
     const char *settings;    /* retry/lease settings in use, printed under the table */
+    /* readers and writers: the odd-numbered workers take c->rdlock, the others c->lock, and
+     * readers may hold together; the counted phase tells the scripts of each role apart by
+     * the EVALSHA argument at ARGV[role_argv], "r" for a reader's */
+    int readers;
+    int role_argv;
 } storm_impl_t;
 
 extern const storm_impl_t storm_impls[];

@@ -72,6 +72,14 @@ local function is_tomb(m)
   return string.sub(m, 1, 2) == 'r:'
 end
 
+-- What this call has read, kept while valid so that no key is read twice: every write of
+-- what a cache holds updates it or forgets it (nil: not known).
+--   wf     the writer's fields {o, a, f, x} of the main key (false where absent)
+--   rd     {tok, info} of the last reader_c() read (info false: no read hold)
+--   nr     the number of read holds (HLEN of rinfo)
+local wf, rd, nr
+local granted -- a grant of this call has moved the fencing counter
+
 -- The owner's read hold: acqid, count, fence, last call id (or nil).
 local function reader(tok)
   local info = redis.call('HGET', KEYS[6], tok)
@@ -80,13 +88,16 @@ local function reader(tok)
 end
 
 local function set_reader(tok, acq, n, f, last)
+  rd, nr = nil, nil
   redis.call('HSET', KEYS[6], tok, acq .. ' ' .. fmt(n) .. ' ' .. f .. ' ' .. last)
 end
 
--- Drops the read holds whose lease ran out and the old read tombstones.
-local function purge_readers(now_ms)
-  local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
+-- Drops the read holds whose lease ran out and the old read tombstones. old: what
+-- ZRANGEBYSCORE rd -inf now_ms has just replied, if the caller has read it.
+local function purge_readers(now_ms, old)
+  old = old or redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
   if #old == 0 then return end
+  rd, nr = nil, nil
   for _, m in ipairs(old) do
     -- a tombstone's released id is a field of the main key (see release_reader)
     if is_tomb(m) then redis.call('HDEL', KEYS[1], m) else redis.call('HDEL', KEYS[6], m) end
@@ -95,15 +106,18 @@ local function purge_readers(now_ms)
 end
 
 local function grant_writer(tok, acq, lease, now_ms, now_us)
+  granted = true
   local f = next_fence(KEYS[2], now_us) -- 'g' goes with the hold's fields, in one call
-  redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', fmt(now_ms + tonumber(lease)),
-             'n', 1, 'e', '-', 'g', f)
+  local x = fmt(now_ms + tonumber(lease))
+  redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', x, 'n', 1, 'e', '-', 'g', f)
+  wf = nil -- read again if needed (the fast paths return at once: no table to build)
   extend_lazily(KEYS[1], tonumber(lease))
   return f
 end
 
 local function grant_reader(tok, acq, lease, now_ms, now_us)
   lease = tonumber(lease)
+  granted = true
   local f = next_fence(KEYS[2], now_us)
   set_reader(tok, acq, 1, f, '-')
   redis.call('ZADD', KEYS[5], fmt(now_ms + lease), tok)
@@ -119,6 +133,7 @@ end
 
 -- Releases the write hold (its checks done) and remembers the release for a while, so that
 -- a retry of it is not taken for a loss.
+-- (The fast path returns right after; the full path calls no_writer() itself.)
 local function release_writer()
   redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
   if type(redis.pcall('HSET', KEYS[1], 'r', ARGV[3])) == 'number' then
@@ -133,6 +148,7 @@ end
 local function release_reader(tok, now_ms)
   local tomb_ms = math.max(tonumber(ARGV[4]), TOMB_MS)
   local tomb = 'r:' .. tok
+  rd, nr = nil, nil
   redis.call('HDEL', KEYS[6], tok)
   redis.call('ZREM', KEYS[5], tok)
   if type(redis.pcall('ZADD', KEYS[5], fmt(now_ms + tomb_ms), tomb)) == 'number' then
@@ -150,10 +166,14 @@ end
 -- (docs/performance.md, "Uncontended cost per primitive"). Their reads check the type of
 -- every key they write before the first write; anything else falls through to the full
 -- paths, which purge, check every key and admit waiters.
+-- What they read is kept for the full path: the writer's fields (wf), the queue's first id
+-- (qfirst; false: the queue is empty) and the clock.
+local qfirst, fast_ms, fast_us
 if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
   local tokhash = redis.sha1hex(ARGV[2])
-  if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') and
-      redis.call('HEXISTS', KEYS[1], 'o') == 0 and -- no writer, live or lapsed
+  local try = op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't')
+  if try then wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x') end
+  if try and not wf[1] and -- no writer, live or lapsed
       redis.call('ZCARD', KEYS[3]) == 0 and
       (mode == 'w' and redis.call('HLEN', KEYS[6]) == 0 or -- no read hold, live or lapsed
        mode == 'r' and redis.call('HEXISTS', KEYS[6], tokhash) == 0) then -- not its own
@@ -168,13 +188,17 @@ if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
     return {1, f, tonumber(ARGV[4])}
   end
   if op == 'rel' then
-    local now_ms = clock()
+    fast_ms, fast_us = clock()
+    local now_ms = fast_ms
     if mode == 'w' then
-      local w = redis.call('HMGET', KEYS[1], 'o', 'a', 'x')
-      if w[1] == tokhash and w[2] == ARGV[3] and (tonumber(w[3]) or 0) > now_ms and
-          redis.call('ZCARD', KEYS[3]) == 0 then
-        release_writer()
-        return 1
+      wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x')
+      local w = wf
+      if w[1] == tokhash and w[2] == ARGV[3] and (tonumber(w[4]) or 0) > now_ms then
+        qfirst = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or false
+        if not qfirst then
+          release_writer()
+          return 1
+        end
       end
     elseif reader(tokhash) == ARGV[3] and
         (tonumber(redis.call('ZSCORE', KEYS[5], tokhash)) or 0) > now_ms and
@@ -189,49 +213,80 @@ end
 
 -- @common
 
-local function check_types()
-  return wrong_type({'hash', 'string', 'zset', 'hash', 'zset', 'hash'}, 'rwlock')
+-- The writer's fields, read once.
+local function writer()
+  if not wf then wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x') end
+  return wf
 end
 
--- Drops the holds whose lease ran out (and old read tombstones).
-local function purge(now_ms)
-  local w = redis.call('HMGET', KEYS[1], 'o', 'x')
-  if w[1] and (tonumber(w[2]) or 0) <= now_ms then
+local function no_writer()
+  wf = {false, false, false, false}
+end
+
+-- reader(), its reply kept in rd for the next call on the same owner.
+local function reader_c(tok)
+  if not rd or rd[1] ~= tok then rd = {tok, redis.call('HGET', KEYS[6], tok) or false} end
+  if not rd[2] then return nil end
+  return string.match(rd[2], '^(%S+) (%d+) (%d+) (%S+)$')
+end
+
+-- The keys this call has read with a command of their type (so checked): the type checks
+-- before the first write TYPE only the others.
+local typed = {}
+
+local function check_types()
+  return wrong_type({'hash', 'string', 'zset', 'hash', 'zset', 'hash'}, 'rwlock', typed)
+end
+
+-- Drops the holds whose lease ran out (and old read tombstones). old: as purge_readers.
+local function purge(now_ms, old)
+  local w = writer()
+  if w[1] and (tonumber(w[4]) or 0) <= now_ms then
+    no_writer()
     redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
   end
-  purge_readers(now_ms)
+  purge_readers(now_ms, old)
 end
 
 -- (after purge) whether a writer holds, and how many read holds there are
 local function has_writer()
-  return redis.call('HEXISTS', KEYS[1], 'o') == 1
+  return writer()[1] and true or false
 end
 
 local function nreaders()
-  return redis.call('HLEN', KEYS[6])
+  if not nr then nr = redis.call('HLEN', KEYS[6]) end
+  return nr
 end
 
 -- If tok holds the hold of mode m under acq: its fence and ms of lease left.
 local function held_by(m, tok, acq, now_ms)
   if m == 'w' then
-    local w = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x')
+    local w = writer()
     local x = tonumber(w[4]) or 0
     if w[1] == tok and w[2] == acq and x > now_ms then return w[3], x - now_ms end
     return nil
   end
-  local racq, _, rf = reader(tok)
+  local racq, _, rf = reader_c(tok)
   if racq ~= acq then return nil end
   local exp = tonumber(redis.call('ZSCORE', KEYS[5], tok)) or 0
   if exp <= now_ms then return nil end
   return rf, exp - now_ms
 end
 
+-- The queue's first entry as last read: qfirst (false: empty; nil: not known) and its info
+-- (qinfo, or nil), forgotten at every write of the queue.
+local qinfo
+
 local function drop(acq)
+  qfirst, qinfo = nil, nil
   q_drop(KEYS[3], KEYS[4], acq)
 end
 
 local function live_head(now_ms)
-  return q_live_head(KEYS[3], KEYS[4], now_ms)
+  if qfirst == false then return nil end
+  local head, info = q_live_head(KEYS[3], KEYS[4], now_ms, qfirst, qinfo)
+  qfirst, qinfo = head or false, info
+  return head, info
 end
 
 -- (after purge) Admits waiters from the head of the queue as far as the lock allows: every
@@ -279,7 +334,7 @@ end
 -- lease, or the first read lease to run out (a crashed holder is released by nobody); the
 -- caller's own lease if the first read holds are hidden behind tombstones.
 local function busy_ttl(now_ms)
-  local x = tonumber(redis.call('HGET', KEYS[1], 'x'))
+  local x = tonumber(writer()[4])
   if has_writer() and x then return math.max(x - now_ms, 1) end
   local r = first_readers(now_ms, 1, 32)[1]
   if r then return math.max(r[2] - now_ms, 1) end
@@ -291,12 +346,17 @@ local function entry(tokhash, now_ms)
 end
 
 local function enqueue(tokhash, now_ms)
+  qfirst, qinfo = nil, nil
   return q_add(KEYS[3], KEYS[4], ARGV[3], entry(tokhash, now_ms), tonumber(ARGV[7]),
                tonumber(ARGV[8]), now_ms)
 end
 
-local err = check_types()
-if err then return err end
+-- acq, rel and cancel check the types after the reads below; the other ops here
+local hot = op == 'acq' or op == 'rel' or op == 'cancel'
+if not hot then
+  local err = check_types()
+  if err then return err end
+end
 
 if op == 'info' then
   -- read-only: expired holds are skipped, not purged
@@ -319,7 +379,7 @@ if op == 'info' then
   for _, r in ipairs(first_readers(now_ms, MAX_LISTED, 4 * MAX_LISTED + 64)) do
     if #holders >= MAX_LISTED then break end
     if not (writer and r[1] == w[1]) then
-      local racq = reader(r[1])
+      local racq = reader_c(r[1])
       if racq then
         holders[#holders + 1] = racq
         if ttl < 0 then ttl = r[2] - now_ms end
@@ -359,6 +419,7 @@ if op == 'renew' then
   local lease = tonumber(ARGV[4])
   if mode == 'w' then
     redis.call('HSET', KEYS[1], 'x', fmt(now_ms + lease))
+    wf = nil
   else
     redis.call('ZADD', KEYS[5], fmt(now_ms + lease), tokhash)
     extend_lazily(KEYS[5], lease)
@@ -389,7 +450,7 @@ if op == 'enter' or op == 'leave' then
     local x = redis.call('HMGET', KEYS[1], 'n', 'e')
     rn, last = x[1], x[2]
   else
-    racq, rn, rf, last = reader(tokhash)
+    racq, rn, rf, last = reader_c(tokhash)
   end
   local n = tonumber(rn) or 1
   if last == call then return n end
@@ -402,14 +463,42 @@ if op == 'enter' or op == 'leave' then
   return n
 end
 
-local now_ms, now_us = clock()
-purge(now_ms)
+local now_ms, now_us = fast_ms, fast_us
+if not now_ms then now_ms, now_us = clock() end
+-- acq, rel, cancel: read first what they read anyway (each read checks its key's type), so
+-- that the type checks before the first write (purge's) TYPE no key in the common cases
+local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
+local seen
+if hot then
+  writer()
+  typed[1], typed[5] = true, true
+  if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or false end
+  typed[3] = true
+  if qfirst then
+    qinfo = redis.call('HGET', KEYS[4], qfirst)
+    typed[4] = true
+  end
+  if op ~= 'rel' or mode == 'r' then
+    reader_c(tokhash)
+  else
+    nreaders()
+  end
+  typed[6] = true
+  if op == 'acq' then
+    -- the counter a queued caller is told (below); read again if a grant moves it
+    seen = redis.call('GET', KEYS[2]) or '0'
+    typed[2] = true
+  end
+  local err = check_types()
+  if err then return err end
+end
+purge(now_ms, old)
 
 if op == 'acq' then
   local f, ttl = held_by(mode, tokhash, ARGV[3], now_ms)
   if f then return {1, f, ttl} end
-  local wo = redis.call('HGET', KEYS[1], 'o')
-  local racq = reader(tokhash)
+  local wo = writer()[1]
+  local racq = reader_c(tokhash)
   if mode == 'w' then
     -- held under another id (another handle), or an upgrade: both would wait for ourselves
     if wo == tokhash or racq then return {-1} end
@@ -425,7 +514,7 @@ if op == 'acq' then
   promote(now_ms, now_us, ARGV[3])
   f, ttl = held_by(mode, tokhash, ARGV[3], now_ms)
   if f then return {1, f, ttl} end
-  if not live_head(now_ms) and not has_writer() and (mode == 'r' or nreaders() == 0) then
+  if not has_writer() and not live_head(now_ms) and (mode == 'r' or nreaders() == 0) then
     if mode == 'w' then
       f = grant_writer(tokhash, ARGV[3], ARGV[4], now_ms, now_us)
     else
@@ -435,7 +524,8 @@ if op == 'acq' then
     return {1, f, tonumber(ARGV[4])}
   end
   ttl = busy_ttl(now_ms)
-  local seen = redis.call('GET', KEYS[2]) or '0' -- stale wake-ups carry no more (lib/wait.c)
+  -- stale wake-ups carry no more (lib/wait.c)
+  if granted then seen = redis.call('GET', KEYS[2]) or '0' end
   if ARGV[6] ~= 'q' then return {0, ttl, 0, seen} end
   local e = enqueue(tokhash, now_ms)
   if e then return e end
@@ -446,6 +536,7 @@ if op == 'rel' then
   if mode == 'w' then
     if held_by('w', tokhash, ARGV[3], now_ms) then
       release_writer()
+      no_writer()
       promote(now_ms, now_us, nil)
       return 1
     end
@@ -480,11 +571,13 @@ end
 if op == 'force' then
   local n = 0
   if has_writer() then
+    no_writer()
     redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
     n = 1
   end
   local readers = redis.call('HKEYS', KEYS[6])
   for _, tok in ipairs(readers) do redis.call('ZREM', KEYS[5], tok) end
+  rd, nr = nil, nil
   redis.call('DEL', KEYS[6])
   n = n + #readers
   promote(now_ms, now_us, nil)

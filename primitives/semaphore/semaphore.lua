@@ -84,12 +84,19 @@ local function saw_expiry(ms)
   if not earliest or ms < earliest then earliest = ms end
 end
 
+-- The TTL (ms) that holders and hinfo are known to have at least since a release of this
+-- call extended them, both keys keeping a member (its tombstone) since; 0: not known. Any
+-- removal in between (a purge) forgets it.
+local kept_ms = 0
+
 local function grant(tok, acq, n, lease, now_ms, now_us)
   local f = next_fence(KEYS[4], now_us)
   redis.call('HSET', KEYS[3], acq, fmt(n) .. ' ' .. tok .. ' ' .. f)
   redis.call('ZADD', KEYS[2], fmt(now_ms + lease), acq)
-  extend_lazily(KEYS[2], lease)
-  extend_lazily(KEYS[3], lease)
+  if lease > kept_ms then -- a handover's grant right after the release: already long enough
+    extend_lazily(KEYS[2], lease)
+    extend_lazily(KEYS[3], lease)
+  end
   saw_expiry(now_ms + lease)
   return f
 end
@@ -109,6 +116,7 @@ local function release(acq, t, now_ms)
     if type(redis.pcall('HSET', KEYS[3], tomb, acq)) == 'number' then
       extend_lazily(KEYS[2], keep)
       extend_lazily(KEYS[3], keep)
+      kept_ms = keep
     else
       redis.call('ZREM', KEYS[2], tomb)
     end
@@ -127,12 +135,21 @@ end
 -- return before the helpers below are defined (docs/performance.md, "Uncontended cost per
 -- primitive"). Their reads check the type of every key they write before the first write;
 -- anything else falls through to the full paths, which purge, check every key and serve.
+-- What they read is kept for the full path: the size record's 's' (fast_size; false: absent),
+-- the queue's first id (qfirst; false: the queue is empty), the clock, and a release's hold
+-- record (fast_rec) and score (fast_exp).
 local FAST_MAX = 64 -- more holds (or tombstones due) than this: the full path
+local fast_size, qfirst, fast_ms, fast_us, fast_rec, fast_exp
 if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
   local n = tonumber(ARGV[9])
-  local size = tonumber(redis.call('HGET', KEYS[1], 's'))
-  if size and n and n >= 1 and n <= size and redis.call('ZCARD', KEYS[5]) == 0 then
-    local now_ms, now_us = clock()
+  fast_size = redis.call('HGET', KEYS[1], 's')
+  local size = tonumber(fast_size)
+  if size and n and n >= 1 and n <= size then
+    qfirst = redis.call('ZRANGE', KEYS[5], 0, 0)[1] or false
+  end
+  if qfirst == false then
+    fast_ms, fast_us = clock()
+    local now_ms, now_us = fast_ms, fast_us
     -- the holds (scores below TOMB_BASE) and, after them, the tombstones due, in one read
     local all = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(TOMB_BASE + now_ms),
                            'WITHSCORES', 'LIMIT', 0, 2 * FAST_MAX + 2)
@@ -166,28 +183,40 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
     end
   end
 elseif op == 'rel' then
-  local c, t = parse_holder(redis.call('HGET', KEYS[3], ARGV[3]))
+  fast_rec = redis.call('HGET', KEYS[3], ARGV[3])
+  local c, t = parse_holder(fast_rec)
   if c and c >= 1 and t == redis.sha1hex(ARGV[2]) then
-    local now_ms = clock()
-    if (tonumber(redis.call('ZSCORE', KEYS[2], ARGV[3])) or 0) > now_ms and
-        redis.call('ZCARD', KEYS[5]) == 0 then
-      release(ARGV[3], t, now_ms)
-      return 1
+    fast_ms, fast_us = clock()
+    local now_ms = fast_ms
+    fast_exp = redis.call('ZSCORE', KEYS[2], ARGV[3])
+    if (tonumber(fast_exp) or 0) > now_ms then
+      qfirst = redis.call('ZRANGE', KEYS[5], 0, 0)[1] or false
+      if not qfirst then
+        release(ARGV[3], t, now_ms)
+        return 1
+      end
     end
   end
 end
 
 -- @common
 
+-- The keys this call has read with a command of their type (so checked): the type checks
+-- before the first write TYPE only the others.
+local typed = {}
+
 local function check_types()
-  return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore')
+  return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore', typed)
 end
 
 
 -- The size, creating the record with the handle's initial size when it is absent (it expired
 -- after a long disuse, or was never created). nil when absent and the handle only attaches.
 local function size_of()
-  local s = tonumber(redis.call('HGET', KEYS[1], 's'))
+  local s = fast_size
+  fast_size = nil
+  if s == nil then s = redis.call('HGET', KEYS[1], 's') end
+  s = tonumber(s)
   if not s then
     local init = tonumber(ARGV[10]) or 0
     if init < 1 then return nil end
@@ -200,29 +229,75 @@ local function size_of()
   return s
 end
 
--- Purges expired holders and tombstones, returns the permits the live holders have.
-local function count_taken(now_ms)
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(now_ms))
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[2], fmt(TOMB_BASE), fmt(TOMB_BASE + now_ms))
-  for _, list in ipairs({dead, gone}) do
-    for _, m in ipairs(list) do
-      redis.call('ZREM', KEYS[2], m)
-      redis.call('HDEL', KEYS[3], m)
+-- The holds and the tombstones due, read without writing anything (count_taken writes):
+-- {dead = ids whose lease ran out and tombstones due, live = {id, expiry, record}...}, and
+-- the record of `also` (an id whose hold the caller wants to know), read in the same HMGET.
+local function holds_read(now_ms, also)
+  local all = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(TOMB_BASE + now_ms),
+                         'WITHSCORES')
+  typed[2] = true
+  local h = {dead = {}, live = {}, score = {}}
+  local ids = {}
+  for i = 1, #all, 2 do
+    local score = tonumber(all[i + 1])
+    h.score[all[i]] = score
+    if score <= now_ms or score >= TOMB_BASE then
+      h.dead[#h.dead + 1] = all[i]
+    else
+      h.live[#h.live + 1] = {all[i], score}
+      ids[#ids + 1] = all[i]
     end
   end
-  local live = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. fmt(now_ms), '(' .. fmt(TOMB_BASE),
-                          'WITHSCORES')
+  if also then ids[#ids + 1] = also end
+  if #ids > 0 then
+    local info = {}
+    for i = 1, #ids, 1000 do -- unpack() has a limit: at most 1000 at a time
+      local part = redis.call('HMGET', KEYS[3], unpack(ids, i, math.min(i + 999, #ids)))
+      for j = 1, #part do info[#info + 1] = part[j] end
+    end
+    typed[3] = true
+    for i = 1, #h.live do h.live[i][3] = info[i] end
+    if also then h.also = info[#ids] end
+  end
+  return h
+end
+
+local function remove_all(ids)
+  if #ids > 0 then kept_ms = 0 end
+  for i = 1, #ids, 1000 do
+    local last = math.min(i + 999, #ids)
+    redis.call('ZREM', KEYS[2], unpack(ids, i, last))
+    redis.call('HDEL', KEYS[3], unpack(ids, i, last))
+  end
+end
+
+-- Purges expired holders and tombstones, returns the permits the live holders have.
+-- h: what holds_read(now_ms) has just returned, if the caller has read it.
+local function count_taken(now_ms, h)
+  h = h or holds_read(now_ms)
+  remove_all(h.dead)
   local taken = 0
-  for i = 1, #live, 2 do
-    local n = parse_holder(redis.call('HGET', KEYS[3], live[i]))
+  for _, l in ipairs(h.live) do
+    local n = parse_holder(l[3])
     if not n then
-      redis.call('ZREM', KEYS[2], live[i]) -- no record: an orphan, drop it
+      kept_ms = 0
+      redis.call('ZREM', KEYS[2], l[1]) -- no record: an orphan, drop it
     elseif n > 0 then
       taken = taken + n
-      saw_expiry(tonumber(live[i + 1]))
+      saw_expiry(l[2])
     end
   end
   return taken
+end
+
+-- my_hold's answer from holds_read's (the hold of h.also = ARGV[3], read before any write)
+local function my_hold_read(h, tokhash, now_ms)
+  local n, t, f = parse_holder(h.also)
+  local exp = h.score[ARGV[3]]
+  if not n or n < 1 or t ~= tokhash or not exp or exp <= now_ms or exp >= TOMB_BASE then
+    return nil
+  end
+  return n, f, exp
 end
 
 -- The live hold of acquisition acq owned by tokhash: count, fence, expiry; nil otherwise.
@@ -235,12 +310,33 @@ local function my_hold(acq, tokhash, now_ms)
   return n, f, exp
 end
 
+-- The queue's first entry as last read: qfirst (false: empty; nil: not known) and its info
+-- (qinfo, or nil), forgotten at every write of the queue.
+local qinfo
+
 local function drop(acq)
+  qfirst, qinfo = nil, nil
   q_drop(KEYS[5], KEYS[6], acq)
 end
 
 local function live_head(now_ms)
-  return q_live_head(KEYS[5], KEYS[6], now_ms)
+  if qfirst == false then return nil end
+  local head, info = q_live_head(KEYS[5], KEYS[6], now_ms, qfirst, qinfo)
+  qfirst, qinfo = head or false, info
+  return head, info
+end
+
+-- Reads, for the type checks, what the hot paths read anyway: the size record, the queue's
+-- head and its entry.
+local function read_size_and_head()
+  if fast_size == nil then fast_size = redis.call('HGET', KEYS[1], 's') end
+  typed[1] = true
+  if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[5], 0, 0)[1] or false end
+  typed[5] = true
+  if qfirst then
+    qinfo = redis.call('HGET', KEYS[6], qfirst)
+    typed[6] = true
+  end
 end
 
 -- Grants permits to the live waiters at the head of the queue, in order, as long as the
@@ -248,6 +344,9 @@ end
 -- channel (not the caller: it gets the reply). A head that wants more than the size can
 -- never be served: it is dropped and told to retry ("ACQID 0"), which gives it RSINVAL.
 -- Returns the permits taken afterwards and whether a waiter that does not fit is first.
+-- Grants since the call began (serve's): the caller's hold and the counter may have moved.
+local served = false
+
 local function serve(size, taken, now_ms, now_us)
   while true do
     local head, info = live_head(now_ms)
@@ -262,6 +361,7 @@ local function serve(size, taken, now_ms, now_us)
       return taken, true
     else
       drop(head)
+      served = true
       local f = grant(tok, head, n, lease, now_ms, now_us)
       taken = taken + n
       if head ~= ARGV[3] then wake(ARGV[5], KEYS[1], head, head .. ' ' .. f) end
@@ -274,6 +374,7 @@ local function qentry(tokhash, now_ms)
 end
 
 local function enqueue(tokhash, now_ms)
+  qfirst, qinfo = nil, nil
   return q_add(KEYS[5], KEYS[6], ARGV[3], qentry(tokhash, now_ms), tonumber(ARGV[7]),
                tonumber(ARGV[8]), now_ms)
 end
@@ -301,15 +402,26 @@ if op == 'qrenew' then
   return 1
 end
 
-local err = check_types()
-if err then return err end
+-- acq, rel, give and cancel check the types after their first reads; the other ops here
+if op ~= 'acq' and op ~= 'rel' and op ~= 'give' and op ~= 'cancel' then
+  local err = check_types()
+  if err then return err end
+end
 
 if op == 'acq' then
   local acq, n = ARGV[3], tonumber(ARGV[9])
-  local now_ms, now_us = clock()
-  local taken = count_taken(now_ms)
+  local now_ms, now_us = fast_ms, fast_us
+  if not now_ms then now_ms, now_us = clock() end
+  -- every read first (each checks its key's type), then TYPE for the keys none has read
+  local h = holds_read(now_ms, acq)
+  read_size_and_head()
+  local seen = redis.call('GET', KEYS[4]) or '0' -- stale wake-ups carry no more (lib/wait.c)
+  typed[4] = true
+  local err = check_types()
+  if err then return err end
+  local taken = count_taken(now_ms, h)
   -- already granted to this id: a retried call, or a wake-up that was missed
-  local have, f, exp = my_hold(acq, tokhash, now_ms)
+  local have, f, exp = my_hold_read(h, tokhash, now_ms)
   if have then return {1, f, exp - now_ms} end
   local size = size_of()
   if not size then
@@ -324,15 +436,17 @@ if op == 'acq' then
   -- FIFO: the queue is served first; the caller takes permits only if nobody is left ahead
   local blocked
   taken, blocked = serve(size, taken, now_ms, now_us)
-  have, f, exp = my_hold(acq, tokhash, now_ms)
-  if have then return {1, f, exp - now_ms} end
+  if served then
+    have, f, exp = my_hold(acq, tokhash, now_ms)
+    if have then return {1, f, exp - now_ms} end
+    seen = redis.call('GET', KEYS[4]) or '0'
+  end
   if not blocked and taken + n <= size then
     drop(acq)
     return {1, grant(tokhash, acq, n, tonumber(ARGV[4]), now_ms, now_us), tonumber(ARGV[4])}
   end
   local retry = earliest and earliest - now_ms or tonumber(ARGV[4])
   if retry < 1 then retry = 1 end
-  local seen = redis.call('GET', KEYS[4]) or '0' -- stale wake-ups carry no more (lib/wait.c)
   if ARGV[6] ~= 'q' then return {0, retry, 0, seen} end
   local e = enqueue(tokhash, now_ms)
   if e then return e end
@@ -341,21 +455,32 @@ end
 
 if op == 'rel' or op == 'give' then
   local acq = ARGV[3]
-  local now_ms, now_us = clock()
-  local n, t, f = parse_holder(redis.call('HGET', KEYS[3], acq))
+  local now_ms, now_us = fast_ms, fast_us
+  if not now_ms then now_ms, now_us = clock() end
+  local rec = fast_rec
+  if rec == nil then rec = redis.call('HGET', KEYS[3], acq) end
+  local n, t, f = parse_holder(rec)
   if not n then
     -- released by this owner already: a retried release
     if op == 'rel' and released_last(acq, tokhash, now_ms) then return 1 end
     return 0
   end
   if t ~= tokhash then return 0 end
-  local exp = tonumber(redis.call('ZSCORE', KEYS[2], acq))
+  local exp = fast_exp
+  if exp == nil then exp = redis.call('ZSCORE', KEYS[2], acq) end
+  exp = tonumber(exp)
   if not exp or exp <= now_ms then return 0 end
   if n == 0 then
     -- a tombstone of the earlier layout (one per released id): a retried release
     if op == 'rel' then return 1 end
     return 0
   end
+  -- the reads above checked the holders and their records; read the size record and the
+  -- queue's head, which serve reads anyway, and TYPE what is left before the first write
+  typed[2], typed[3] = true, true
+  read_size_and_head()
+  local err = check_types()
+  if err then return err end
   if op == 'rel' then
     release(acq, t, now_ms)
   else
@@ -375,8 +500,12 @@ end
 if op == 'cancel' then
   local acq = ARGV[3]
   local now_ms, now_us = clock()
-  local taken = count_taken(now_ms)
-  local have, f, exp = my_hold(acq, tokhash, now_ms)
+  local h = holds_read(now_ms, acq)
+  read_size_and_head()
+  local err = check_types()
+  if err then return err end
+  local taken = count_taken(now_ms, h)
+  local have, f, exp = my_hold_read(h, tokhash, now_ms)
   if have then return {1, f, exp - now_ms} end
   drop(acq)
   -- leaving may unblock the waiters that were behind the caller
