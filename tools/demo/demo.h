@@ -53,6 +53,7 @@
 #include <hiredis/hiredis.h>
 
 #include "redis_server.h"
+#include "test_util.h" /* tu_sleep_ms, tu_abs_in (tests/support/, linked in) */
 #include "redisync.h"
 
 /* ----- settings ------------------------------------------------------------------------ */
@@ -136,8 +137,6 @@ typedef struct demo {
 /* ----- helpers (util.c) --------------------------------------------------------------- */
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 double now_ms(void);
-void msleep(long ms);
-struct timespec deadline_in(long ms);
 int wait_flag(atomic_int *flag, int want, long timeout_ms);
 pid_t spawn(demo_t *d, int (*fn)(demo_t *, int), int arg);
 int reap_within(const pid_t *pids, int n, long timeout_ms);

@@ -13,7 +13,7 @@ static int child_insp_holder(demo_t *d, int unused)
     struct shared *sh = d->sh;
     rs_client_t *c = open_client(d, INSP_LEASE_MS);
     rs_mutex_t *m = NULL;
-    struct timespec dl = deadline_in(WAIT_MS);
+    struct timespec dl = tu_abs_in(WAIT_MS);
     if (!c || rs_mutex_init(&m, c, INSP_NAME) != 0 || rs_mutex_timedlock(m, &dl) != 0)
         return 1;
     snprintf(sh->insp_h_id, sizeof sh->insp_h_id, "%s", rs_client_id(c));
@@ -36,7 +36,7 @@ static int child_insp_waiter(demo_t *d, int unused)
     if (!c || rs_mutex_init(&m, c, INSP_NAME) != 0)
         return 1;
     snprintf(sh->insp_w_id, sizeof sh->insp_w_id, "%s", rs_client_id(c));
-    struct timespec dl = deadline_in(WAIT_MS);
+    struct timespec dl = tu_abs_in(WAIT_MS);
     int err = rs_mutex_timedlock(m, &dl) != 0;
     if (!err) {
         sh->insp_w_fence = rs_mutex_fence(m);
@@ -81,7 +81,7 @@ int part_inspect(demo_t *d)
     double end = now_ms() + WAIT_MS;
     int rc;
     while ((rc = rs_inspect(c, "mutex", INSP_NAME, &in)) == 0 && !in.waiters && now_ms() < end)
-        msleep(5);
+        tu_sleep_ms(5);
     if (rc) {
         say("rs_inspect: %s (%s)", rs_strerror(rc), rs_client_lasterror(c));
         goto out;

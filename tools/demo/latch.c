@@ -16,7 +16,7 @@ static int child_latch_coordinator(demo_t *d, int unused)
     if (e == 0) {
         atomic_store(&sh->latch_armed, 1);
         sh->latch_t_wait = now_ms();
-        struct timespec dl = deadline_in(WAIT_MS);
+        struct timespec dl = tu_abs_in(WAIT_MS);
         e = rs_latch_timedwait(l, &dl);
         sh->latch_t_open = now_ms();
         if (e)
@@ -38,7 +38,7 @@ static int child_latch_worker(demo_t *d, int i)
     if (e == 0 && wait_flag(&sh->latch_armed, 1, WAIT_MS) != 0)
         e = -1;
     if (e == 0) {
-        msleep(LATCH_WORK_MS + i * LATCH_STEP_MS); /* the piece of work */
+        tu_sleep_ms(LATCH_WORK_MS + i * LATCH_STEP_MS); /* the piece of work */
         sh->latch_t_down[i] = now_ms();
         if ((e = rs_latch_count_down(l)) != 0)
             say("worker: rs_latch_count_down: %s", rs_strerror(e));
@@ -61,7 +61,7 @@ static int child_latch_late(demo_t *d, int unused)
     unsigned n = 0;
     if (e == 0 && (e = rs_latch_getcount(l, &n)) == 0) {
         sh->latch_late_count = (long)n;
-        struct timespec dl = deadline_in(2000);
+        struct timespec dl = tu_abs_in(2000);
         double t0 = now_ms();
         sh->latch_late_rc = rs_latch_timedwait(l, &dl);
         sh->latch_late_ms = now_ms() - t0;

@@ -52,12 +52,12 @@ static void rm_audit(rm_holder_t *x)
     double end = now_ms() + 5000;
     rs_info_t info = {0};
     while (now_ms() < end && (rs_inspect(x->c, "rmutex", RM_NAME, &info) != 0 || !info.waiters))
-        msleep(5);
+        tu_sleep_ms(5);
     if (!info.waiters) {
         say("the other process never queued for \"%s\"", RM_NAME);
         x->err = 1;
     }
-    msleep(RM_PAUSE_MS);
+    tu_sleep_ms(RM_PAUSE_MS);
     if ((rc = rs_rmutex_unlock(x->m)) != 0)
         rm_fail(x, "audit: rs_rmutex_unlock", rc);
     rm_note(x, 3, -1);
@@ -72,7 +72,7 @@ static void rm_debit(rm_holder_t *x)
     }
     rm_note(x, 1, 1);
     rm_audit(x);
-    msleep(RM_PAUSE_MS);
+    tu_sleep_ms(RM_PAUSE_MS);
     if ((rc = rs_rmutex_unlock(x->m)) != 0)
         rm_fail(x, "debit: rs_rmutex_unlock", rc);
     rm_note(x, 4, -1);
@@ -87,7 +87,7 @@ static void rm_transfer(rm_holder_t *x)
     }
     rm_note(x, 0, 0);
     rm_debit(x);
-    msleep(RM_PAUSE_MS);
+    tu_sleep_ms(RM_PAUSE_MS);
     x->d->sh->rm_t_release = now_ms();
     atomic_store(&x->d->sh->rm_released, 1);
     if ((rc = rs_rmutex_unlock(x->m)) != 0)
@@ -123,7 +123,7 @@ static int child_rm_waiter(demo_t *d, int unused)
         rc = -1;
     if (rc == 0) {
         sh->rm_t_wait = now_ms();
-        struct timespec dl = deadline_in(WAIT_MS);
+        struct timespec dl = tu_abs_in(WAIT_MS);
         rc = rs_rmutex_timedlock(m, &dl);
         sh->rm_t_got = now_ms();
         if (rc == 0) {

@@ -29,7 +29,7 @@ static int rw_read_state(redisContext *rc, const demo_t *d, long long *cache, lo
 static int rw_request(demo_t *d, redisContext *rc, rs_rwlock_t *rw, long long *overlap)
 {
     long long cache, version, other;
-    struct timespec dl = deadline_in(WAIT_MS);
+    struct timespec dl = tu_abs_in(WAIT_MS);
     double t0 = now_ms();
     int e = rs_rwlock_timedrdlock(rw, &dl);
     if (e) {
@@ -41,7 +41,7 @@ static int rw_request(demo_t *d, redisContext *rc, rs_rwlock_t *rw, long long *o
     int err = gauge(rc, d, "readers", "writers", 1, &other) != 0;
     *overlap += other > 0;
     err |= rw_read_state(rc, d, &cache, &version) != 0;
-    msleep(RW_READ_MS);
+    tu_sleep_ms(RW_READ_MS);
     err |= gauge(rc, d, "readers", "writers", -1, &other) != 0;
     *overlap += other > 0;
     if ((e = rs_rwlock_unlock(rw)) != 0) {
@@ -53,7 +53,7 @@ static int rw_request(demo_t *d, redisContext *rc, rs_rwlock_t *rw, long long *o
         return err;
     }
     /* stale: one process rebuilds, the others queue for the write lock and find it fresh */
-    dl = deadline_in(WAIT_MS);
+    dl = tu_abs_in(WAIT_MS);
     if ((e = rs_rwlock_timedwrlock(rw, &dl)) != 0) {
         say("rs_rwlock_timedwrlock: %s", rs_strerror(e));
         return 1;
@@ -64,7 +64,7 @@ static int rw_request(demo_t *d, redisContext *rc, rs_rwlock_t *rw, long long *o
     *overlap += other > 0;
     err |= rw_read_state(rc, d, &cache, &version) != 0;
     if (!err && (cache != version || cache == 0)) {
-        msleep(RW_REBUILD_MS); /* the expensive part */
+        tu_sleep_ms(RW_REBUILD_MS); /* the expensive part */
         char kc[96], kr[96];
         key_of(d, kc, sizeof kc, "cache");
         key_of(d, kr, sizeof kr, "rebuilds");
@@ -143,9 +143,9 @@ int part_rwlock(demo_t *d)
                 say("the cache never reached version %d", v);
                 fail = 1;
             }
-            msleep(5);
+            tu_sleep_ms(5);
         }
-        msleep(RW_STEADY_MS); /* fresh-cache reading; any extra rebuild would happen here */
+        tu_sleep_ms(RW_STEADY_MS); /* fresh-cache reading; any extra rebuild would happen here */
         long long now = get_key(d, "rebuilds");
         rebuilds[v - 1] = now - before;
         before = now;

@@ -23,7 +23,7 @@ static int child_sem_caller(demo_t *d, int id)
     if (!err && wait_flag(&sh->go, 1, WAIT_MS) != 0)
         err = 1;
     for (int i = 0; i < SEM_CALLS && !err; i++) {
-        struct timespec dl = deadline_in(WAIT_MS);
+        struct timespec dl = tu_abs_in(WAIT_MS);
         if ((e = rs_sem_timedwait(s, &dl)) != 0) {
             say("rs_sem_timedwait: %s (%s)", rs_strerror(e), rs_client_lasterror(c));
             err = 1;
@@ -31,7 +31,7 @@ static int child_sem_caller(demo_t *d, int id)
         }
         long long unused;
         err |= gauge(rc, d, "api:inside", "api:none", 1, &unused) != 0;
-        msleep(SEM_CALL_MS); /* the slow API */
+        tu_sleep_ms(SEM_CALL_MS); /* the slow API */
         err |= gauge(rc, d, "api:inside", "api:none", -1, &unused) != 0;
         if ((e = rs_sem_post(s)) != 0) {
             say("rs_sem_post: %s (%s)", rs_strerror(e), rs_client_lasterror(c));
@@ -51,7 +51,7 @@ static int child_sem_crash(demo_t *d, int unused)
     (void)unused;
     rs_client_t *c = open_client(d, SEM_CRASH_LEASE_MS);
     rs_sem_t *s = NULL;
-    struct timespec dl = deadline_in(WAIT_MS);
+    struct timespec dl = tu_abs_in(WAIT_MS);
     if (!c || rs_sem_init(&s, c, SEM_CRASH_NAME, SEM_PERMITS) != 0 || rs_sem_timedwait(s, &dl) != 0)
         return 1;
     atomic_store(&d->sh->sem_k_held, 1);
@@ -67,7 +67,7 @@ static int child_sem_waiter(demo_t *d, int unused)
     rs_sem_t *s = NULL;
     int e = c ? rs_sem_init(&s, c, SEM_CRASH_NAME, 0) : -1;
     if (e == 0) {
-        struct timespec dl = deadline_in(WAIT_MS);
+        struct timespec dl = tu_abs_in(WAIT_MS);
         e = rs_sem_timedwait(s, &dl);
         d->sh->sem_t_got = now_ms();
         if (e == 0)
@@ -87,7 +87,7 @@ static int sem_crash(demo_t *d)
     rs_sem_t *s = NULL;
     pid_t p[2] = {-1, -1};
     int fail = 1, held = 0;
-    struct timespec dl = deadline_in(WAIT_MS);
+    struct timespec dl = tu_abs_in(WAIT_MS);
     if (!c || rs_sem_init(&s, c, SEM_CRASH_NAME, SEM_PERMITS) != 0 || rs_sem_timedwait(s, &dl) != 0) {
         say("the demo could not take a permit of \"%s\"", SEM_CRASH_NAME);
         goto out;
@@ -102,7 +102,7 @@ static int sem_crash(demo_t *d)
     rs_info_t info = {0};
     double end = now_ms() + WAIT_MS;
     while (now_ms() < end && (rs_inspect(c, "sem", SEM_CRASH_NAME, &info) != 0 || !info.waiters))
-        msleep(5);
+        tu_sleep_ms(5);
     if (info.waiters != 1 || info.free != 0) {
         say("expected a full semaphore and one waiter, rs_inspect says %ld free, %u waiting",
             info.free, info.waiters);

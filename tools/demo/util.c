@@ -22,27 +22,6 @@ double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-void msleep(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
-}
-
-/* The absolute CLOCK_REALTIME deadline ms from now, for the timed calls. */
-struct timespec deadline_in(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Waits until *flag >= want; -1 after timeout_ms. */
 int wait_flag(atomic_int *flag, int want, long timeout_ms)
 {
@@ -50,7 +29,7 @@ int wait_flag(atomic_int *flag, int want, long timeout_ms)
     while (atomic_load(flag) < want) {
         if (now_ms() > end)
             return -1;
-        msleep(1);
+        tu_sleep_ms(1);
     }
     return 0;
 }
@@ -99,7 +78,7 @@ int reap_within(const pid_t *pids, int n, long timeout_ms)
                 late++;
                 break;
             }
-            msleep(2);
+            tu_sleep_ms(2);
         }
         if (!ok || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
             bad++;
