@@ -3,7 +3,7 @@
 #   make              build/libredisync.a, build/libredisync.so.X.Y.Z with its links
 #                     build/libredisync.so.X and build/libredisync.so, the command
 #                     build/redisync (tools/cli/), and build/redisync-demo when
-#                     tools/demo.c exists
+#                     tools/demo/ has sources
 #   make deps         scripts/deps.sh: as root installs missing Debian packages, else checks
 #   make test         deps, then the Criterion suite (tests/*.c) linked with the static library;
 #                     builds build/redisync, the examples and the clock shim
@@ -11,7 +11,7 @@
 #                     tests/test_examples.c and tests/test_clock.c run them; mk/clock.mk)
 #   make examples     deps, then build/examples/NAME for every examples/NAME.c
 #   make check-asan   deps, then library and suite rebuilt under build/asan/ with ASan+UBSan
-#   make demo         deps, then builds and runs build/redisync-demo (tools/demo.c)
+#   make demo         deps, then builds and runs build/redisync-demo (tools/demo/)
 #   make bench        deps, then builds and runs build/redisync-bench (bench/*.c); not in test
 #   make test-network deps, then the fault suite in a network namespace of its own: black
 #                     holes, one-way partitions, delay + loss, flaps, a Redlock master cut
@@ -29,7 +29,7 @@
 # INCLUDEDIR, BINDIR, MANDIR, DESTDIR.
 #
 # Sources are found with wildcards (lib/*.c, primitives/*/*.c and *.lua, tests/*.c,
-# tests/support/*.c, bench/*.c, tools/demo.c, examples/*.c), so a new file or a new primitive needs no
+# tests/support/*.c, bench/*.c, tools/demo/*.c, examples/*.c), so a new file or a new primitive needs no
 # edit here, and an empty directory is simply nothing to build. Everything generated goes
 # under build/: build/gen/ holds the embedded Lua scripts and the linker version script,
 # build/obj/ the objects and their .d files (-MMD -MP: editing a header rebuilds what
@@ -83,7 +83,7 @@ LUA_SRCS     := $(sort $(wildcard primitives/*/*.lua))
 TEST_SRCS    := $(sort $(wildcard tests/*.c))
 SUPPORT_SRCS := $(sort $(wildcard tests/support/*.c))
 BENCH_SRCS   := $(sort $(wildcard bench/*.c))
-DEMO_SRCS    := $(wildcard tools/demo.c)
+DEMO_SRCS    := $(sort $(wildcard tools/demo/*.c))
 CLI_SRCS     := $(sort $(wildcard tools/cli/*.c))
 EXAMPLE_SRCS := $(sort $(wildcard examples/*.c))
 
@@ -206,7 +206,7 @@ endif
 
 ifeq ($(DEMO_SRCS),)
 demo-build:
-	@echo "make demo: there is no tools/demo.c yet" >&2; exit 1
+	@echo "make demo: there is no tools/demo/*.c yet" >&2; exit 1
 else
 demo-build: $(DEMO_BIN)
 endif
