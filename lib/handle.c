@@ -257,6 +257,11 @@ void rs__call_init_object(rs_call_t *k, rs_handle_t *h)
     call_init(k, h, NULL, rs__owner_no_new());
 }
 
+void rs__call_init_owner(rs_call_t *k, rs_handle_t *h, const char *acqid, uint64_t owner_no)
+{
+    call_init(k, h, acqid, owner_no);
+}
+
 void rs__call_extra(rs_call_t *k, const char *arg)
 {
     if (k->nextra < RS_CALL_EXTRA_MAX)

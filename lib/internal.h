@@ -19,6 +19,8 @@
  *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
  *   hold.c, handle.c, holdobj.c  owner identity, what a thread holds, handles, hold objects
+ *   timerheap.c, async.c  the event-loop API: one I/O thread per client pipelining the
+ *               _async calls, their deadlines in one heap, completions behind one eventfd
  *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
  * Still pointing up: topology.c pokes notify.c when the master moves, redlock.c calls
  * handle.c's call helpers, and handle.c takes client references through client.c.
@@ -226,6 +228,10 @@ typedef struct rs_waiter {
     int wake;
     char msg[96];
     struct rs_waiter *prev, *next;
+    /* A callback waiter (lib/async.c): called instead of signalling cv, with nt.mu held
+     * (and maybe the watchdog's wd.mu): it must only hand the wake-up on, never block. */
+    void (*on_wake)(struct rs_waiter *w);
+    void *arg;
 } rs_waiter_t;
 /* Registers w under an acquisition id or a watched topic (the caller keeps topic alive),
  * starting the subscriber and waiting for its subscription (at most timeout_ms). Messages
@@ -240,6 +246,13 @@ void rs__notify_unwatch(rs_client_t *c, const char *channel);
 /* Sleeps until a wake-up or until_ns. Returns RS_WAKE_*; msg is valid after RS_WAKE_MSG. */
 int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns);
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w);
+/* Callback waiters (w->on_wake set, w->id filled, no cv): registers w at once, starting the
+ * subscriber if need be but never waiting for it (rs__notify_ready says when it is
+ * subscribed; the confirmation pokes every waiter RS_WAKE_RETRY). 0, EAGAIN, ECANCELED. */
+int rs__notify_add(rs_client_t *c, rs_waiter_t *w);
+void rs__notify_remove(rs_client_t *c, rs_waiter_t *w);
+/* Takes w's pending wake-up (RS_WAKE_NONE if none; msg filled after RS_WAKE_MSG). */
+int rs__notify_take(rs_client_t *c, rs_waiter_t *w, char *msg, size_t len);
 void rs__notify_poke(rs_client_t *c, rs_waiter_t *w, int wake);
 void rs__notify_cancel_all(rs_client_t *c);
 void rs__notify_stop(rs_client_t *c);
@@ -477,6 +490,9 @@ void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid);
 /* The same for a hold object: a fresh owner of its own (a number no thread ever has), so the
  * hold belongs to the program, and any thread may release it. */
 void rs__call_init_object(rs_call_t *k, rs_handle_t *h);
+/* The same for a given acquisition id and owner number (lib/async.c rebuilds a request's
+ * call from what it keeps). */
+void rs__call_init_owner(rs_call_t *k, rs_handle_t *h, const char *acqid, uint64_t owner_no);
 /* A hold object's acquisition (rs_mutex_acquire...): abstime NULL waits without a deadline,
  * one already past makes one attempt (EBUSY); on 0 *out is the hold, counted in the handle. */
 int rs__acquire_object(rs_call_t *k, const struct timespec *abstime, rs_hold_t **out);
@@ -510,6 +526,7 @@ int rs__handle_take(rs_handle_t *h, int try_only, uint64_t deadline);
  * (normally "rel"), frees it. 0, RS_ELOST (lost before or found lost now), RS_ECONN... */
 int rs__release(rs_handle_t *h, rs_hold_t *hold, const char *op);
 
+#include "internal_async.h"
 #include "internal_client.h"
 
 #endif
