@@ -485,6 +485,12 @@ RS_API int rs_rwlock_acquire_write_async(rs_rwlock_t *rw, const struct timespec 
 /* n permits (1..INT_MAX) in one hold */
 RS_API int rs_sem_acquire_async(rs_sem_t *s, unsigned n, const struct timespec *abstime,
                                 rs_done_fn *done, void *arg, rs_request_t **req);
+/* Waits for the latch to open (count 0, or an opening since the call) without blocking:
+ * done(0, NULL, arg) then; hold is always NULL. ETIMEDOUT at abstime (a past abstime checks
+ * once), ECANCELED, RS_ECONN; a latch not armed yet is waited for, as rs_latch_wait does.
+ * The client's subscriber listens on the latch's channel while requests wait on it. */
+RS_API int rs_latch_wait_async(rs_latch_t *l, const struct timespec *abstime, rs_done_fn *done,
+                               void *arg, rs_request_t **req);
 /* Releases h without blocking: from here on h belongs to the library (do not touch it
  * again, not even to release it: a second release of one hold is a use-after-free that the
  * API cannot catch). done(0, NULL, arg) when released, done(RS_ELOST, NULL, arg) if the

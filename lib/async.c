@@ -40,9 +40,10 @@
 
 #include "internal.h"
 
-enum { RQ_ACQ, RQ_REL };
+enum { RQ_ACQ, RQ_REL, RQ_EVT };
 enum { ST_NEW, ST_SUB, ST_SEND, ST_FLIGHT, ST_WAIT, ST_DELAY, ST_FIN, ST_UNDO };
-enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL }; /* REL: undo a grant; HREL: release a hold */
+enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
+/* REL: undo a grant; HREL: release a hold; GET: check an event (RQ_EVT) */
 
 #define EXTRA_LEN 24
 
@@ -59,6 +60,11 @@ struct rs_request {
     rs_done_fn *done;
     void *arg;
     uint64_t deadline_ns, sub_cut_ns;
+    const rs_async_event_t *ev; /* RQ_EVT: what is waited for, on channel topic */
+    const char *topic;
+    long long evstate;
+    long recheck_ms;
+    int watching, final;
     /* the I/O thread's */
     int st, op, queued, registered, resent, lost, in_send, undo_rc;
     uint64_t fence_floor, sent_ns, lower_ns, send_by_ns;
@@ -240,6 +246,10 @@ static void complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
         rs__notify_remove(c, &rq->w);
         rq->registered = 0;
     }
+    if (rq->watching) {
+        rs__notify_unwatch(c, rq->topic);
+        rq->watching = 0;
+    }
     live_del(as, rq);
     if (!hold && rq->counted) {
         atomic_fetch_sub(&rq->h->nobj, 1);
@@ -327,6 +337,11 @@ static void granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_m
 static void woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg)
 {
     rs_client_t *c = as->c;
+    if (rq->type == RQ_EVT) {
+        if (wake == RS_WAKE_MSG || wake == RS_WAKE_RETRY || wake == RS_WAKE_TIMEOUT)
+            want_send(as, rq, OP_GET);
+        return;
+    }
     if (wake == RS_WAKE_MSG) {
         char *end;
         unsigned long long f = strtoull(msg, &end, 10);
@@ -421,7 +436,10 @@ static void append_op(rs_async_t *as, rs_request_t *rq)
         nkeys = rq->hold->lease->nkeys;
     } else {
         rq_call(rq, &k);
-        const char *op = rq->op == OP_ACQ ? "acq" : rq->op == OP_CANCEL ? "cancel" : "rel";
+        const char *op = rq->op == OP_ACQ      ? "acq"
+                         : rq->op == OP_CANCEL ? "cancel"
+                         : rq->op == OP_GET    ? rq->ev->op
+                                               : "rel";
         rs__call_argv(&k, op, rq->op == OP_ACQ && !rq->try_only ? "q" : "t", &args);
         s = rq->h->script;
         nkeys = rq->h->nkeys;
@@ -527,6 +545,18 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
             complete(as, rq, rq->undo_rc ? rq->undo_rc : ECANCELED, NULL);
         return;
     }
+    if (rq->op == OP_GET) {
+        int ev = rq->ev->decode(c, r, &rq->evstate);
+        if (ev <= 0)
+            complete(as, rq, -ev, NULL);
+        else if (rq->final || atomic_load(&rq->cancel) || as->draining)
+            give_up(as, rq);
+        else {
+            uint64_t until = now + (uint64_t)rq->recheck_ms * RS_NS_PER_MS;
+            to_wait(as, rq, until < rq->deadline_ns ? until : rq->deadline_ns);
+        }
+        return;
+    }
     rs_call_t k;
     rq_call(rq, &k);
     rs_attempt_t at;
@@ -619,7 +649,10 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
         want_send(as, rq, OP_HREL);
         return;
     }
-    snprintf(rq->w.id, sizeof rq->w.id, "%s", rq->acqid);
+    if (rq->type == RQ_EVT)
+        rq->w.topic = rq->topic; /* every message on it wakes the request; no id */
+    else
+        snprintf(rq->w.id, sizeof rq->w.id, "%s", rq->acqid);
     rq->w.on_wake = on_wake;
     rq->w.arg = rq;
     int rc = rs__notify_add(c, &rq->w);
@@ -630,8 +663,17 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
         return;
     }
     rq->registered = 1;
+    if (rq->type == RQ_EVT) {
+        if (rs__notify_watch_add(c, rq->topic) != 0) {
+            complete(as, rq, rs__fail(c, ENOMEM, "out of memory"), NULL);
+            return;
+        }
+        rq->watching = 1;
+        rq->evstate = -1;
+    }
     if (rq->try_only) {
-        want_send(as, rq, OP_ACQ); /* one attempt, no queue: no wake-up needed */
+        rq->final = 1;
+        want_send(as, rq, rq->type == RQ_EVT ? OP_GET : OP_ACQ); /* one attempt, no queue */
         return;
     }
     /* queue only once the subscriber stands, in the order the requests came */
@@ -641,20 +683,29 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
                                                                 : rq->deadline_ns);
 }
 
+/* Whether rq may start: the subscriber stands (for an event, its channel is confirmed). */
+static int sub_ready(rs_async_t *as, rs_request_t *rq, int client_ready)
+{
+    return rq->type == RQ_EVT ? client_ready && rs__notify_watch_ready(as->c, rq->topic)
+                              : client_ready;
+}
+
 static void subscribed_check(rs_async_t *as)
 {
-    if (!as->subq || !rs__notify_ready(as->c))
+    if (!as->subq)
+        return;
+    int ready = rs__notify_ready(as->c);
+    if (!ready)
         return;
     char msg[96];
-    while (as->subq) {
-        rs_request_t *rq = as->subq;
-        as->subq = rq->snext;
-        if (!as->subq)
-            as->subq_tail = NULL;
-        rq->snext = NULL;
+    for (rs_request_t *rq = as->subq, *nx; rq; rq = nx) {
+        nx = rq->snext;
+        if (!sub_ready(as, rq, ready))
+            continue;
+        list_remove(&as->subq, &as->subq_tail, rq);
         rq->st = ST_NEW;
         rs__notify_take(as->c, &rq->w, msg, sizeof msg); /* the confirmation's retry */
-        want_send(as, rq, OP_ACQ);
+        want_send(as, rq, rq->type == RQ_EVT ? OP_GET : OP_ACQ);
     }
 }
 
@@ -678,7 +729,7 @@ static void on_cancel(rs_async_t *as, rs_request_t *rq)
         break;
     case ST_SEND:
     case ST_DELAY:
-        if (rq->op == OP_ACQ && !rq->queued && rq->type == RQ_ACQ)
+        if ((rq->op == OP_ACQ || rq->op == OP_GET) && !rq->queued && rq->type != RQ_REL)
             complete(as, rq, ECANCELED, NULL);
         else if (rq->op == OP_ACQ)
             want_send(as, rq, OP_CANCEL);
@@ -698,7 +749,7 @@ static void on_timer(rs_async_t *as, rs_request_t *rq)
             list_remove(&as->subq, &as->subq_tail, rq);
             rq->st = ST_NEW;
             complete(as, rq, ETIMEDOUT, NULL);
-        } else if (rs__notify_ready(as->c)) {
+        } else if (sub_ready(as, rq, rs__notify_ready(as->c))) {
             subscribed_check(as);
         } else {
             list_remove(&as->subq, &as->subq_tail, rq);
@@ -706,6 +757,9 @@ static void on_timer(rs_async_t *as, rs_request_t *rq)
             complete(as, rq, rs__fail(as->c, RS_ECONN, "cannot subscribe to wake-ups within "
                                       "%ld ms", as->c->timeout_ms), NULL);
         }
+    } else if (rq->st == ST_WAIT && rq->type == RQ_EVT) {
+        rq->final = now >= rq->deadline_ns; /* a last check, then ETIMEDOUT */
+        want_send(as, rq, OP_GET);
     } else if (rq->st == ST_WAIT) {
         if (now >= rq->deadline_ns)
             give_up(as, rq);
@@ -808,7 +862,7 @@ static void pass(rs_async_t *as)
         as->drain_end_ns = rs__now_ns() + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
         for (rs_request_t *rq = as->live, *nx; rq; rq = nx) {
             nx = rq->anext;
-            if (rq->type == RQ_ACQ && rq->op != OP_REL)
+            if (rq->type != RQ_REL && rq->op != OP_REL)
                 on_cancel(as, rq);
         }
     }
@@ -959,6 +1013,48 @@ int rs__async_acquire(rs_call_t *k, const struct timespec *abstime, const rs_asy
     rq->counted = 1;
     rq->tm.idx = -1;
     atomic_fetch_add(&k->h->nobj, 1); /* the handle is not destroyed under it */
+    if ((rc = submit(c, rq)) != 0) {
+        atomic_fetch_sub(&k->h->nobj, 1);
+        free(rq);
+        return rc;
+    }
+    *req = rq;
+    return 0;
+}
+
+int rs__async_event(rs_call_t *k, const char *topic, const rs_async_event_t *ev,
+                    long recheck_ms, const struct timespec *abstime, rs_done_fn *done, void *arg,
+                    rs_request_t **req)
+{
+    rs_client_t *c = k->h->c;
+    if (req)
+        *req = NULL;
+    if (!done || !req)
+        return rs__fail(c, EINVAL, "%s is NULL", done ? "req" : "done");
+    uint64_t deadline = RS_NO_DEADLINE;
+    int rc = abstime ? rs__deadline_from(c, abstime, &deadline) : 0;
+    if (rc || (rc = mode_refused(c, "wait_async")) != 0)
+        return rc;
+    rs_request_t *rq = calloc(1, sizeof *rq);
+    if (!rq)
+        return rs__fail(c, ENOMEM, "out of memory");
+    rq->type = RQ_EVT;
+    rq->h = k->h;
+    rq->owner_no = k->owner_no;
+    memcpy(rq->acqid, k->acqid, k->acqlen + 1);
+    rq->nextra = (unsigned char)k->nextra;
+    for (int i = 0; i < k->nextra; i++)
+        snprintf(rq->extra[i], EXTRA_LEN, "%s", k->extra[i]);
+    rq->ev = ev;
+    rq->recheck_ms = recheck_ms > 0 ? recheck_ms : 1;
+    rq->topic = topic;
+    rq->done = done;
+    rq->arg = arg;
+    rq->deadline_ns = deadline;
+    rq->try_only = deadline <= rs__now_ns();
+    rq->counted = 1;
+    rq->tm.idx = -1;
+    atomic_fetch_add(&k->h->nobj, 1); /* the handle (and topic) outlive the request */
     if ((rc = submit(c, rq)) != 0) {
         atomic_fetch_sub(&k->h->nobj, 1);
         free(rq);

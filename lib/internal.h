@@ -243,6 +243,10 @@ int rs__notify_ready(rs_client_t *c);
 /* Subscribes (reference-counted) to channel and waits for Redis to confirm it. */
 int rs__notify_watch(rs_client_t *c, const char *channel);
 void rs__notify_unwatch(rs_client_t *c, const char *channel);
+/* The same without waiting (lib/async.c): the confirmation pokes the channel's callback
+ * waiters RS_WAKE_RETRY; rs__notify_watch_ready says whether it stands. 0 or ENOMEM. */
+int rs__notify_watch_add(rs_client_t *c, const char *channel);
+int rs__notify_watch_ready(rs_client_t *c, const char *channel);
 /* Sleeps until a wake-up or until_ns. Returns RS_WAKE_*; msg is valid after RS_WAKE_MSG. */
 int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns);
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w);

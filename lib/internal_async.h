@@ -40,6 +40,19 @@ typedef struct rs_async_opts {
  * rs__leave. */
 int rs__async_acquire(rs_call_t *k, const struct timespec *abstime, const rs_async_opts_t *o,
                       rs_done_fn *done, void *arg, rs_request_t **req);
+/* An event to wait for (a latch opening), announced on a channel: op is the script op that
+ * checks it; decode reads its reply: 0 happened, 1 not yet, or -error; *state is the
+ * request's own memory between checks (starts at -1). It is checked once the channel is
+ * subscribed, after every message on it, and every recheck_ms (rs__async_event's). */
+typedef struct rs_async_event {
+    const char *op;
+    int (*decode)(rs_client_t *c, const redisReply *r, long long *state);
+} rs_async_event_t;
+/* Waits for ev on channel topic (which must live as long as k's handle) without blocking:
+ * done(0, NULL, arg) when it happened; errors as rs__async_acquire. */
+int rs__async_event(rs_call_t *k, const char *topic, const rs_async_event_t *ev,
+                    long recheck_ms, const struct timespec *abstime, rs_done_fn *done, void *arg,
+                    rs_request_t **req);
 /* rs_client_close: stops the I/O thread after leaving Redis' queues (pending requests are
  * cancelled there, grants that raced are released); rs__async_finish, after the holds are
  * released, runs every completion still queued (pending ones get ECANCELED) and frees it

@@ -102,6 +102,10 @@ static void confirmed(rs_client_t *c, struct rs_nt_link *lk, const char *channel
         struct rs_watch *w = watch_find(c, channel);
         if (w)
             w->confirmed = 1;
+        /* callback waiters of the topic (lib/async.c) check once it stands */
+        for (rs_waiter_t *x = c->nt.head; x; x = x->next)
+            if (x->on_wake && x->topic && strcmp(x->topic, channel) == 0)
+                rs__notify_poke_locked(x, RS_WAKE_RETRY);
     }
     pthread_cond_broadcast(&c->nt.cv);
     pthread_mutex_unlock(&c->nt.mu);
@@ -559,6 +563,37 @@ int rs__notify_watch(rs_client_t *c, const char *channel)
     if (rc)
         rs__notify_unwatch(c, channel);
     return rc;
+}
+
+int rs__notify_watch_add(rs_client_t *c, const char *channel)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    struct rs_watch *w = watch_find(c, channel);
+    if (w) {
+        w->refs++;
+    } else {
+        w = calloc(1, sizeof *w);
+        if (!w || !(w->channel = strdup(channel))) {
+            free(w);
+            pthread_mutex_unlock(&c->nt.mu);
+            return ENOMEM;
+        }
+        w->refs = 1;
+        w->next = c->nt.watches;
+        c->nt.watches = w;
+        write_raw(c, "SUBSCRIBE", channel);
+    }
+    pthread_mutex_unlock(&c->nt.mu);
+    return 0;
+}
+
+int rs__notify_watch_ready(rs_client_t *c, const char *channel)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    struct rs_watch *w = watch_find(c, channel);
+    int ready = w && w->confirmed;
+    pthread_mutex_unlock(&c->nt.mu);
+    return ready;
 }
 
 void rs__notify_unwatch(rs_client_t *c, const char *channel)

@@ -23,6 +23,8 @@
  *   fork_child                    a fork child's _async calls and rs_client_fd: RS_EFORK
  *   thread_bound_excludes         a thread's lock and an async hold exclude each other
  *   rwlock_and_sem                read holds share, a write waits; semaphore permits
+ *   latch_wait                    40 waits complete when the count reaches 0, not before; a
+ *                                 deadline ends one with ETIMEDOUT; an open latch completes
  *   bad_input                     EINVAL at the call, done never called
  */
 #include <criterion/criterion.h>
@@ -717,6 +719,54 @@ Test(async, bad_input)
     rs_mutex_destroy(m);
     rs_sem_destroy(sem);
     rs_rwlock_destroy(rw);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+/* ---- latch ---------------------------------------------------------------------------------- */
+
+Test(async, latch_wait)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = tu_open_client(&s, 3000, 0, NULL);
+    rs_client_t *c2 = tu_open_client(&s, 3000, 0, NULL);
+    rs_latch_t *l, *l2;
+    cr_assert_eq(rs_latch_init(&l, c, "gate", 2), 0);
+    cr_assert_eq(rs_latch_init(&l2, c2, "gate", 0), 0);
+    static many_t t;
+    memset(&t, 0, sizeof t);
+    static many_req_t r[40];
+    rs_request_t *req;
+    for (int i = 0; i < 40; i++) {
+        r[i].t = &t;
+        r[i].i = i;
+        cr_assert_eq(rs_latch_wait_async(l, NULL, many_done, &r[i], &req), 0, "%s",
+                     rs_client_lasterror(c));
+    }
+    /* one with a deadline that passes while closed */
+    one_t o = {0};
+    struct timespec dl = tu_abs_in(300);
+    cr_assert_eq(rs_latch_wait_async(l, &dl, one_done, &o, &req), 0);
+    cr_assert(loop_until(c, &o.ran, 1, 10000));
+    cr_expect_eq(o.rc, ETIMEDOUT);
+    cr_expect_eq(t.ran, 0, "done before the latch opened");
+    cr_assert_eq(rs_latch_count_down(l2), 0);
+    cr_expect_eq(loop_until(c, &t.ran, 1, 300), 0, "done at count 1");
+    cr_assert_eq(rs_latch_count_down(l2), 0);
+    cr_assert(loop_until(c, &t.ran, 40, 10000), "ran %d of 40", t.ran);
+    cr_expect_eq(t.ok, 40);
+    /* open: a wait completes at once (through dispatch) */
+    one_t o2 = {0};
+    cr_assert_eq(rs_latch_wait_async(l, NULL, one_done, &o2, &req), 0);
+    cr_expect_eq(o2.ran, 0);
+    cr_assert(loop_until(c, &o2.ran, 1, 10000));
+    cr_expect_eq(o2.rc, 0);
+    cr_expect_null(o2.hold);
+    cr_expect_eq(rs_latch_wait_async(l, NULL, NULL, NULL, &req), EINVAL);
+    cr_expect_eq(rs_latch_destroy(l), 0);
+    cr_expect_eq(rs_latch_destroy(l2), 0);
+    rs_client_close(c2);
     rs_client_close(c);
     ts_server_stop(&s);
 }
