@@ -19,8 +19,9 @@
  *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
  *   hold.c, handle.c, holdobj.c  owner identity, what a thread holds, handles, hold objects
- *   timerheap.c, async.c  the event-loop API: one I/O thread per client pipelining the
- *               _async calls, their deadlines in one heap, completions behind one eventfd
+ *   timerheap.c, async_wire.c, async_req.c, async.c  the event-loop API: one I/O thread
+ *               per client pipelining the _async calls, their deadlines in one heap,
+ *               completions behind one eventfd
  *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
  * Still pointing up: topology.c pokes notify.c when the master moves, redlock.c calls
  * handle.c's call helpers, and handle.c takes client references through client.c.
@@ -164,7 +165,13 @@ struct rs_lease {
     rs_client_t *c;
     const rs_script_t *script;
     int nkeys;
-    rs_argv_t args;          /* op placeholder, keys, then arguments (pointing into store) */
+    struct {                 /* op placeholder, keys, then arguments: v and len point into
+                                store, as does every v[i] (one allocation, sized to fit:
+                                leases are what a pending request or hold costs) */
+        int n;
+        const char **v;
+        size_t *len;
+    } args;
     char *store;
     const char *renew_op, *release_op;
     long lease_ms;

@@ -4,7 +4,8 @@
  *
  *   blocking  one thread, rs_mutex_lock + rs_mutex_unlock on one name, PAIRS times
  *   async     one loop thread, rs_mutex_acquire_async + rs_hold_release_async on NAMES
- *             names, WINDOW requests in flight (each release starts the name's next
+ *             names, one request in flight per name (WINDOW = NAMES: no contention; each
+ *             release starts the name's next
  *             acquisition), PAIRS pairs: the I/O thread pipelines them
  *   target    async pairs/s at least 3 times blocking pairs/s (PASS/MISS)
  *   memory    PENDING requests waiting on a held mutex: heap bytes per pending request
@@ -27,7 +28,7 @@
 #include "redis_server.h"
 #include "redisync.h"
 
-#define NAMES 64
+#define NAMES 256
 #define WINDOW 256
 
 static long long now_ns(void)
