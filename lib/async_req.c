@@ -81,6 +81,8 @@ void rs__aq_drop_queue_lease(rs_client_t *c, rs_request_t *rq)
 void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
 {
     rs_client_t *c = as->c;
+    if (as->draining && rc != 0 && rq->type != RQ_REL)
+        rc = ECANCELED; /* rs_client_close: whatever stopped it, the close did */
     rs__theap_del(&as->heap, &rq->tm);
     if (rq->in_send) {
         rs__aq_list_remove(&as->sendq, &as->sendq_tail, rq);

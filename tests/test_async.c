@@ -25,6 +25,8 @@
  *   rwlock_and_sem                read holds share, a write waits; semaphore permits
  *   latch_wait                    40 waits complete when the count reaches 0, not before; a
  *                                 deadline ends one with ETIMEDOUT; an open latch completes
+ *   script_flush                  pipelined requests that all meet NOSCRIPT (SCRIPT FLUSH):
+ *                                 the script is loaded in the pipeline, each granted once
  *   bad_input                     EINVAL at the call, done never called
  */
 #include <criterion/criterion.h>
@@ -767,6 +769,46 @@ Test(async, latch_wait)
     cr_expect_eq(rs_latch_destroy(l), 0);
     cr_expect_eq(rs_latch_destroy(l2), 0);
     rs_client_close(c2);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+/* ---- the script cache lost ------------------------------------------------------------------ */
+
+Test(async, script_flush)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = tu_open_client(&s, 3000, 0, NULL);
+    rs_mutex_t *m[30];
+    char name[32];
+    for (int i = 0; i < 30; i++) {
+        snprintf(name, sizeof name, "sf%d", i);
+        cr_assert_eq(rs_mutex_init(&m[i], c, name), 0);
+    }
+    for (int round = 0; round < 2; round++) {
+        /* round 0: nothing loaded yet; round 1: loaded, then flushed */
+        if (round == 1) {
+            char ok[16] = "";
+            ts_cmd_str(&s, ok, sizeof ok, "SCRIPT FLUSH");
+            cr_assert_str_eq(ok, "OK");
+        }
+        static many_t t;
+        memset(&t, 0, sizeof t);
+        static many_req_t r[30];
+        rs_request_t *req;
+        for (int i = 0; i < 30; i++) { /* pipelined: many NOSCRIPT in one batch */
+            r[i].t = &t;
+            r[i].i = i;
+            cr_assert_eq(rs_mutex_acquire_async(m[i], NULL, many_done, &r[i], &req), 0);
+        }
+        cr_assert(loop_until(c, &t.ran, 30, 10000), "round %d: ran %d of 30", round, t.ran);
+        cr_expect_eq(t.ok, 30, "round %d: ok %d other %d", round, t.ok, t.other);
+        for (int i = 0; i < 30; i++)
+            cr_expect_eq(t.ran_each[i], 1);
+    }
+    for (int i = 0; i < 30; i++)
+        rs_mutex_destroy(m[i]);
     rs_client_close(c);
     ts_server_stop(&s);
 }
