@@ -8,6 +8,12 @@
  *             release starts the name's next
  *             acquisition), PAIRS pairs: the I/O thread pipelines them
  *   target    async pairs/s at least 3 times blocking pairs/s (PASS/MISS)
+ *   handoff   contended handoff, HANDOFFS rounds each, medians: a thread releases a mutex
+ *             (rs_mutex_unlock) that another thread waits for in rs_mutex_lock, until that
+ *             thread returns; against: a hold object released (rs_hold_release) while an
+ *             rs_mutex_acquire_async waits for it, until its done runs from
+ *             rs_client_dispatch (epoll on rs_client_fd), same loop thread; target at most
+ *             1.1 times the blocking handoff (PASS/MISS)
  *   memory    PENDING requests waiting on a held mutex: heap bytes per pending request
  *             (mallinfo2, request + queue-entry lease + heap slot), target <= 512 beyond
  *             the handle, and the process's thread count before and while they wait
@@ -15,6 +21,8 @@
  * Usage: redisync-bench-async [PAIRS [PENDING]]   (defaults 20000 10000)
  */
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,6 +140,114 @@ static void run_loop(rs_client_t *c, loop_t *lp, const long *done_counter, long 
     (void)lp;
 }
 
+/* ---- contended handoff ------------------------------------------------------------------ */
+
+#define HANDOFFS 300
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct hshared {
+    rs_mutex_t *m;
+    atomic_int go, back;
+    atomic_llong t1;
+} hshared_t;
+
+static void *handoff_waiter(void *arg)
+{
+    hshared_t *sh = arg;
+    for (int r = 1; r <= HANDOFFS; r++) {
+        while (atomic_load(&sh->go) < r)
+            sched_yield();
+        if (rs_mutex_lock(sh->m) != 0)
+            fprintf(stderr, "handoff: lock failed\n");
+        atomic_store(&sh->t1, now_ns());
+        rs_mutex_unlock(sh->m);
+        atomic_store(&sh->back, r);
+    }
+    return NULL;
+}
+
+static int queued(redisContext *rc, const char *key)
+{
+    redisReply *r = redisCommand(rc, "ZCARD %s", key);
+    int n = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
+static long long t_done;
+static int h_ran;
+
+static void handoff_done(int rc, rs_hold_t *hold, void *arg)
+{
+    (void)arg;
+    t_done = now_ns();
+    h_ran++;
+    if (rc == 0)
+        rs_hold_release(hold);
+}
+
+/* medians in us: *blocking, *async */
+static void handoff(const ts_server_t *s, rs_client_t *c, double *blocking, double *async)
+{
+    static long long b[HANDOFFS], a[HANDOFFS];
+    rs_client_t *holder = open_client(s);
+    redisContext *rc = redisConnect("127.0.0.1", s->port);
+    rs_mutex_t *hm, *wm;
+    rs_mutex_init(&hm, holder, "bench-handoff");
+    rs_mutex_init(&wm, c, "bench-handoff");
+    hshared_t sh = {.m = wm};
+    pthread_t th;
+    pthread_create(&th, NULL, handoff_waiter, &sh);
+    for (int r = 1; r <= HANDOFFS; r++) {
+        rs_mutex_lock(hm);
+        atomic_store(&sh.go, r);
+        while (queued(rc, "rs:{bench-handoff}:mutex:q") < 1)
+            usleep(200);
+        long long t0 = now_ns();
+        rs_mutex_unlock(hm);
+        while (atomic_load(&sh.back) < r)
+            usleep(100);
+        b[r - 1] = atomic_load(&sh.t1) - t0;
+    }
+    pthread_join(th, NULL);
+
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, rs_client_fd(c), &ev);
+    for (int r = 0; r < HANDOFFS; r++) {
+        rs_hold_t *h;
+        rs_mutex_acquire(hm, NULL, &h);
+        rs_request_t *req;
+        rs_mutex_acquire_async(wm, NULL, handoff_done, NULL, &req);
+        while (queued(rc, "rs:{bench-handoff}:mutex:q") < 1)
+            usleep(200);
+        int want = h_ran + 1;
+        long long t0 = now_ns();
+        rs_hold_release(h);
+        while (h_ran < want) {
+            struct epoll_event got;
+            if (epoll_wait(ep, &got, 1, 1000) > 0)
+                rs_client_dispatch(c);
+        }
+        a[r] = t_done - t0;
+    }
+    close(ep);
+    qsort(b, HANDOFFS, sizeof *b, cmp_ll);
+    qsort(a, HANDOFFS, sizeof *a, cmp_ll);
+    *blocking = (double)b[HANDOFFS / 2] / 1000.0;
+    *async = (double)a[HANDOFFS / 2] / 1000.0;
+    redisFree(rc);
+    rs_mutex_destroy(hm);
+    rs_mutex_destroy(wm);
+    rs_client_close(holder);
+}
+
 /* ---- pending requests' memory ----------------------------------------------------------- */
 
 static long pending_done;
@@ -196,6 +312,9 @@ int main(int argc, char **argv)
     double asec = (double)(now_ns() - t0) / 1e9;
     double arate = (double)lp.pairs / asec;
 
+    double hb, ha;
+    handoff(&s, c, &hb, &ha);
+
     /* pending requests: memory and threads */
     rs_client_t *holder = open_client(&s);
     rs_mutex_t *hm, *pm;
@@ -231,6 +350,9 @@ int main(int argc, char **argv)
            NAMES, arate, lp.pairs, lp.errors, WINDOW);
     printf("  ratio async/blocking: %.2f (target >= 3): %s\n", arate / brate,
            arate >= 3 * brate ? "PASS" : "MISS");
+    printf("  contended handoff, median of %d: blocking %.0f us, async (through dispatch) %.0f us: "
+           "ratio %.2f (target <= 1.1): %s\n", HANDOFFS, hb, ha, ha / hb,
+           ha <= 1.1 * hb ? "PASS" : "MISS");
     printf("  %ld pending requests (%lld queued in Redis): %.0f heap bytes each (target <= 512): %s\n",
            pending, queued, per, per <= 512 ? "PASS" : "MISS");
     printf("  threads: %d before, %d while they wait (%s); %ld completed after the release\n",
