@@ -456,7 +456,8 @@ RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known
  *               subscribe within timeout_ms;
  *   RS_EQUEUE, RS_ESERVER, ENOMEM as the blocking calls.
  * req (required) is the request's handle for rs_request_cancel; it is valid until done
- * runs, and must not be used after.
+ * runs, and must not be used after (done may run on another thread if several dispatch: a
+ * program that cancels from a thread other than the one dispatching serialises the two).
  *
  * abstime: absolute CLOCK_REALTIME deadline, NULL for none; one already past makes one
  * attempt (EBUSY/EAGAIN as the try variants). Deadlines are kept in one min-heap of the

@@ -100,7 +100,8 @@ int rs__handle_destroy(rs_handle_t *h)
     if (atomic_load(&h->nobj) > 0 && !child) {
         /* they point at the handle: release them first (after close that only frees them) */
         pthread_mutex_unlock(&h->mu);
-        return rs__fail(c, EBUSY, "%d hold object(s) of %s \"%.*s\" are not released",
+        return rs__fail(c, EBUSY, "%d hold object(s) or pending request(s) of %s \"%.*s\" "
+                        "are not released or completed",
                         atomic_load(&h->nobj), h->kind, RS_HNAME(h));
     }
     rs_hold_t *hd = h->holds;

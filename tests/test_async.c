@@ -27,6 +27,8 @@
  *                                 deadline ends one with ETIMEDOUT; an open latch completes
  *   script_flush                  pipelined requests that all meet NOSCRIPT (SCRIPT FLUSH):
  *                                 the script is loaded in the pipeline, each granted once
+ *   threads_stress                4 threads submit and cancel, 2 more and the submitters
+ *                                 dispatch: each done once, no overlap, nothing left held
  *   bad_input                     EINVAL at the call, done never called
  */
 #include <criterion/criterion.h>
@@ -810,5 +812,148 @@ Test(async, script_flush)
     for (int i = 0; i < 30; i++)
         rs_mutex_destroy(m[i]);
     rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+/* ---- many threads at once ------------------------------------------------------------------- */
+
+#define ST_THREADS 4
+#define ST_PER 150
+#define ST_NAMES 5
+
+typedef struct st_shared {
+    rs_client_t *c;
+    rs_mutex_t *m[ST_NAMES];
+    atomic_int active[ST_NAMES];
+    atomic_int ran, ok, canceled, other, overlap, twice;
+    atomic_int stop;
+} st_shared_t;
+
+typedef struct st_req {
+    st_shared_t *sh;
+    int name;
+    atomic_int ran;
+} st_req_t;
+
+static void st_done(int rc, rs_hold_t *hold, void *arg)
+{
+    st_req_t *r = arg;
+    st_shared_t *sh = r->sh;
+    if (atomic_fetch_add(&r->ran, 1) != 0)
+        atomic_fetch_add(&sh->twice, 1);
+    if (rc == 0) {
+        if (atomic_fetch_add(&sh->active[r->name], 1) != 0)
+            atomic_fetch_add(&sh->overlap, 1);
+        atomic_fetch_sub(&sh->active[r->name], 1);
+        atomic_fetch_add(&sh->ok, 1);
+        if (rs_hold_release(hold) != 0)
+            atomic_fetch_add(&sh->other, 1);
+    } else if (rc == ECANCELED) {
+        atomic_fetch_add(&sh->canceled, 1);
+    } else {
+        atomic_fetch_add(&sh->other, 1);
+    }
+    atomic_fetch_add(&sh->ran, 1); /* last: the request may be reused once counted */
+}
+
+static st_req_t st_reqs[ST_THREADS][ST_PER];
+
+/* req is valid until done runs: a cancel must not race the dispatch that runs done, so the
+ * program serialises the two (here one mutex around dispatch and check-then-cancel) */
+static pthread_mutex_t st_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int st_dispatch(rs_client_t *c)
+{
+    pthread_mutex_lock(&st_mu);
+    int n = rs_client_dispatch(c);
+    pthread_mutex_unlock(&st_mu);
+    return n;
+}
+
+typedef struct st_arg {
+    st_shared_t *sh;
+    int id;
+} st_arg_t;
+
+static void *st_submitter(void *arg)
+{
+    st_arg_t *a = arg;
+    unsigned seed = (unsigned)a->id * 7919u + 1;
+    for (int i = 0; i < ST_PER; i++) {
+        st_req_t *r = &st_reqs[a->id][i];
+        r->sh = a->sh;
+        r->name = (int)(rand_r(&seed) % ST_NAMES);
+        rs_request_t *req;
+        if (rs_mutex_acquire_async(a->sh->m[r->name], NULL, st_done, r, &req) != 0) {
+            atomic_fetch_add(&a->sh->other, 1);
+            atomic_fetch_add(&a->sh->ran, 1);
+            continue;
+        }
+        if (rand_r(&seed) % 3 == 0) {
+            if (rand_r(&seed) % 2)
+                usleep(rand_r(&seed) % 500);
+            pthread_mutex_lock(&st_mu);
+            if (atomic_load(&r->ran) == 0)
+                rs_request_cancel(req);
+            pthread_mutex_unlock(&st_mu);
+        }
+        if (i % 10 == 0)
+            st_dispatch(a->sh->c); /* this thread dispatches too, sometimes */
+    }
+    return NULL;
+}
+
+static void *st_dispatcher(void *arg)
+{
+    st_shared_t *sh = arg;
+    while (!atomic_load(&sh->stop)) {
+        if (st_dispatch(sh->c) == 0)
+            usleep(200);
+    }
+    return NULL;
+}
+
+Test(async, threads_stress)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    static st_shared_t sh;
+    memset(&sh, 0, sizeof sh);
+    sh.c = tu_open_client(&s, 3000, 0, NULL);
+    char name[32];
+    for (int i = 0; i < ST_NAMES; i++) {
+        snprintf(name, sizeof name, "st%d", i);
+        cr_assert_eq(rs_mutex_init(&sh.m[i], sh.c, name), 0);
+    }
+    pthread_t d[2], t[ST_THREADS];
+    st_arg_t args[ST_THREADS];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&d[i], NULL, st_dispatcher, &sh), 0);
+    for (int i = 0; i < ST_THREADS; i++) {
+        args[i].sh = &sh;
+        args[i].id = i;
+        cr_assert_eq(pthread_create(&t[i], NULL, st_submitter, &args[i]), 0);
+    }
+    for (int i = 0; i < ST_THREADS; i++)
+        pthread_join(t[i], NULL);
+    long long end = tu_mono_ms() + 60000;
+    while (atomic_load(&sh.ran) < ST_THREADS * ST_PER && tu_mono_ms() < end)
+        tu_sleep_ms(20);
+    atomic_store(&sh.stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(d[i], NULL);
+    cr_expect_eq(atomic_load(&sh.ran), ST_THREADS * ST_PER, "ran %d", atomic_load(&sh.ran));
+    cr_expect_eq(atomic_load(&sh.twice), 0, "a done ran twice");
+    cr_expect_eq(atomic_load(&sh.overlap), 0);
+    cr_expect_eq(atomic_load(&sh.other), 0, "other errors");
+    cr_expect_eq(atomic_load(&sh.ok) + atomic_load(&sh.canceled), ST_THREADS * ST_PER);
+    for (int i = 0; i < ST_NAMES; i++) {
+        cr_expect_eq(rs_mutex_trylock(sh.m[i]), 0, "st%d stayed taken", i);
+        rs_mutex_unlock(sh.m[i]);
+        snprintf(name, sizeof name, "st%d", i);
+        cr_expect_eq(tu_zcard_q(&s, "mutex", name), 0);
+        cr_expect_eq(rs_mutex_destroy(sh.m[i]), 0);
+    }
+    rs_client_close(sh.c);
     ts_server_stop(&s);
 }
