@@ -226,8 +226,8 @@ void rs__aq_give_up(rs_async_t *as, rs_request_t *rq)
     if (rq->queued)
         rs__aq_want_send(as, rq, OP_CANCEL);
     else
-        rs__aq_complete(as, rq, atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT,
-                 NULL);
+        rs__aq_complete(as, rq,
+                        atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT, NULL);
 }
 
 /* ----- one pass ------------------------------------------------------------------------ */
@@ -255,9 +255,9 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
     rq->w.arg = rq;
     int rc = rs__notify_add(c, &rq->w);
     if (rc) {
-        rs__aq_complete(as, rq, rc == ECANCELED ? ECANCELED
-                                         : rs__fail(c, rc, "cannot start the notifier thread"),
-                 NULL);
+        if (rc != ECANCELED)
+            rc = rs__fail(c, rc, "cannot start the notifier thread");
+        rs__aq_complete(as, rq, rc, NULL);
         return;
     }
     rq->registered = 1;
@@ -271,14 +271,15 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
     }
     if (rq->try_only) {
         rq->final = 1;
-        rs__aq_want_send(as, rq, rq->type == RQ_EVT ? OP_GET : OP_ACQ); /* one attempt, no queue */
+        /* one attempt, no queue */
+        rs__aq_want_send(as, rq, rq->type == RQ_EVT ? OP_GET : OP_ACQ);
         return;
     }
     /* queue only once the subscriber stands, in the order the requests came */
     rq->sub_cut_ns = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
     rs__aq_list_append(&as->subq, &as->subq_tail, rq);
-    rs__aq_set_timer(as, rq, ST_SUB, rq->sub_cut_ns < rq->deadline_ns ? rq->sub_cut_ns
-                                                                : rq->deadline_ns);
+    rs__aq_set_timer(as, rq, ST_SUB,
+                     rq->sub_cut_ns < rq->deadline_ns ? rq->sub_cut_ns : rq->deadline_ns);
 }
 
 /* Whether rq may start: the subscriber stands (for an event, its channel is confirmed). */
@@ -352,8 +353,9 @@ static void on_timer(rs_async_t *as, rs_request_t *rq)
         } else {
             rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
             rq->st = ST_NEW;
-            rs__aq_complete(as, rq, rs__fail(as->c, RS_ECONN, "cannot subscribe to wake-ups within "
-                                      "%ld ms", as->c->timeout_ms), NULL);
+            int rc = rs__fail(as->c, RS_ECONN, "cannot subscribe to wake-ups within %ld ms",
+                              as->c->timeout_ms);
+            rs__aq_complete(as, rq, rc, NULL);
         }
     } else if (rq->st == ST_WAIT && rq->type == RQ_EVT) {
         rq->final = now >= rq->deadline_ns; /* a last check, then ETIMEDOUT */
@@ -362,7 +364,7 @@ static void on_timer(rs_async_t *as, rs_request_t *rq)
         if (now >= rq->deadline_ns)
             rs__aq_give_up(as, rq);
         else
-            rs__aq_want_send(as, rq, OP_ACQ); /* the holder's lease ran out: a message may be lost */
+            rs__aq_want_send(as, rq, OP_ACQ); /* the holder's lease ran out: a lost message? */
     }
 }
 
@@ -517,7 +519,8 @@ void *rs__aq_main(void *arg)
     while (as->live) {
         rs_request_t *rq = as->live;
         if (rq->op == OP_HREL && rq->st != ST_NEW)
-            rs__aq_finish_hold(as, rq, rs__fail(as->c, RS_ECONN, "Redis unreachable while closing"));
+            rs__aq_finish_hold(as, rq, rs__fail(as->c, RS_ECONN, "Redis unreachable while "
+                                                "closing"));
         else
             rs__aq_complete(as, rq, ECANCELED, NULL);
     }

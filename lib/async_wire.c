@@ -109,7 +109,7 @@ void rs__aq_flush(rs_async_t *as)
             nx = rq->snext;
             if (as->draining || now >= rq->send_by_ns)
                 rs__aq_fail(as, rq, rs__fail(c, RS_ECONN, "Redis unreachable for %ld ms",
-                                      c->timeout_ms));
+                                             c->timeout_ms));
         }
         return;
     }
@@ -212,7 +212,8 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
         return;
     }
     if (rq->op == OP_CANCEL) {
-        rs__aq_complete(as, rq, atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT, NULL);
+        rs__aq_complete(as, rq,
+                        atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT, NULL);
         return;
     }
     rq->queued |= at.queued;

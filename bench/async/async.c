@@ -344,17 +344,17 @@ int main(int argc, char **argv)
     redisFree(rc);
 
     printf("redisync event-loop API (one redis-server, one run)\n");
-    printf("  blocking lock+unlock, 1 thread, 1 name:         %8.0f pairs/s  (%ld pairs, %ld errors)\n",
-           brate, bpairs, berr);
-    printf("  async acquire+release, 1 loop thread, %d names: %8.0f pairs/s  (%ld pairs, %ld errors, %d in flight)\n",
-           NAMES, arate, lp.pairs, lp.errors, WINDOW);
+    printf("  blocking lock+unlock, 1 thread, 1 name:         %8.0f pairs/s  "
+           "(%ld pairs, %ld errors)\n", brate, bpairs, berr);
+    printf("  async acquire+release, 1 loop thread, %d names: %8.0f pairs/s  "
+           "(%ld pairs, %ld errors, %d in flight)\n", NAMES, arate, lp.pairs, lp.errors, WINDOW);
     printf("  ratio async/blocking: %.2f (target >= 3): %s\n", arate / brate,
            arate >= 3 * brate ? "PASS" : "MISS");
     printf("  contended handoff, median of %d: blocking %.0f us, async (through dispatch) %.0f us: "
            "ratio %.2f (target <= 1.1): %s\n", HANDOFFS, hb, ha, ha / hb,
            ha <= 1.1 * hb ? "PASS" : "MISS");
-    printf("  %ld pending requests (%lld queued in Redis): %.0f heap bytes each (target <= 512): %s\n",
-           pending, queued, per, per <= 512 ? "PASS" : "MISS");
+    printf("  %ld pending requests (%lld queued in Redis): %.0f heap bytes each "
+           "(target <= 512): %s\n", pending, queued, per, per <= 512 ? "PASS" : "MISS");
     printf("  threads: %d before, %d while they wait (%s); %ld completed after the release\n",
            th0, th1, th0 == th1 ? "none added" : "ADDED", pending_done);
     for (int i = 0; i < NAMES; i++)
