@@ -29,6 +29,8 @@
  *                                 the script is loaded in the pipeline, each granted once
  *   threads_stress                4 threads submit and cancel, 2 more and the submitters
  *                                 dispatch: each done once, no overlap, nothing left held
+ *   inflight_resent               calls sent to a stopped server that is then restarted
+ *                                 empty: each is sent again on the new connection, granted once
  *   bad_input                     EINVAL at the call, done never called
  */
 #include <criterion/criterion.h>
@@ -958,5 +960,55 @@ Test(async, threads_stress)
         cr_expect_eq(rs_mutex_destroy(sh.m[i]), 0);
     }
     rs_client_close(sh.c);
+    ts_server_stop(&s);
+}
+
+/* ---- replies lost in flight ----------------------------------------------------------------- */
+
+Test(async, inflight_resent)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = tu_open_client(&s, 3000, 5000, NULL);
+    rs_mutex_t *m[40];
+    char name[32];
+    for (int i = 0; i < 40; i++) {
+        snprintf(name, sizeof name, "if%d", i);
+        cr_assert_eq(rs_mutex_init(&m[i], c, name), 0);
+    }
+    /* the I/O thread and the subscriber up, the script loaded */
+    one_t w = {0};
+    rs_request_t *req;
+    cr_assert_eq(rs_mutex_acquire_async(m[0], NULL, one_done, &w, &req), 0);
+    cr_assert(loop_until(c, &w.ran, 1, 10000));
+    cr_assert_eq(w.rc, 0);
+    cr_assert_eq(rs_hold_release(w.hold), 0);
+    /* the server stops answering: the calls are sent, their replies never come; then it
+     * dies and comes back empty, and each is sent again on the new connection */
+    ts_server_pause(&s);
+    static many_t t;
+    memset(&t, 0, sizeof t);
+    static many_req_t r[40];
+    for (int i = 0; i < 40; i++) {
+        r[i].t = &t;
+        r[i].i = i;
+        cr_assert_eq(rs_mutex_acquire_async(m[i], NULL, many_done, &r[i], &req), 0);
+    }
+    tu_sleep_ms(200);
+    cr_expect_eq(rs_client_dispatch(c), 0, "completed while the server was stopped");
+    cr_assert_eq(ts_server_restart(&s), 0);
+    cr_assert(loop_until(c, &t.ran, 40, 30000), "ran %d of 40 (ok %d, other %d)", t.ran, t.ok,
+              t.other);
+    cr_expect_eq(t.ok, 40, "ok %d timedout %d other %d", t.ok, t.timedout, t.other);
+    for (int i = 0; i < 40; i++) {
+        cr_expect_eq(t.ran_each[i], 1);
+        snprintf(name, sizeof name, "if%d", i);
+        char owner[64] = "";
+        ts_cmd_str(&s, owner, sizeof owner, "HGET rs:{%s}:mutex o", name);
+        cr_expect_str_eq(owner, "", "%s still held", name);
+    }
+    for (int i = 0; i < 40; i++)
+        rs_mutex_destroy(m[i]);
+    rs_client_close(c);
     ts_server_stop(&s);
 }
