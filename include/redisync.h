@@ -450,10 +450,12 @@ RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known
  *               (EAGAIN for a semaphore without enough free permits);
  *   ECANCELED   rs_request_cancel, or rs_client_close;
  *   RS_ECONN    the I/O thread's connection could not be re-established within
- *               timeout_ms (a broken connection is re-dialled and every request that was
- *               on it re-sent with its acquisition id, which the scripts recognise: a grant
- *               is never taken twice); RS_ECONN also when the subscriber could not
- *               subscribe within timeout_ms;
+ *               timeout_ms, or Redis did not answer for timeout_ms (a stalled server: the
+ *               connection is then dropped; a broken connection is re-dialled and every
+ *               request that was on it re-sent with its acquisition id, which the scripts
+ *               recognise: a grant is never taken twice); RS_ECONN also when the subscriber
+ *               could not subscribe within timeout_ms. A deadline of a request whose call is
+ *               on the wire is acted on when its reply comes, at most timeout_ms late;
  *   RS_EQUEUE, RS_ESERVER, ENOMEM as the blocking calls.
  * req (required) is the request's handle for rs_request_cancel; it is valid until done
  * runs, and must not be used after (done may run on another thread if several dispatch: a

@@ -496,6 +496,9 @@ void *rs__aq_main(void *arg)
             due = as->next_dial_ns;
         if (as->draining && as->drain_end_ns < due)
             due = as->drain_end_ns;
+        uint64_t stall = as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
+        if (as->ctx && as->rcount > 0 && stall < due)
+            due = stall;
         int timeout = -1;
         if (as->sendq && as->ctx)
             timeout = 0;
@@ -513,6 +516,13 @@ void *rs__aq_main(void *arg)
             rs__aq_drain(as->wfd);
         if (as->ctx && (p[1].revents || rs__tp_pending(as->ctx)))
             rs__aq_read(as);
+        if (as->ctx && as->rcount > 0 &&
+            rs__now_ns() >= as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS) {
+            /* replies owed and none for timeout_ms: a stalled server or a silent network */
+            rs__log(as->c, RS_LOG_WARN, "event-loop connection: no reply for %ld ms; "
+                    "reconnecting", as->c->timeout_ms);
+            rs__aq_conn_broken(as);
+        }
         publish(as);
     }
     /* what is left gets ECANCELED (an acquisition's entry expires with its queue lease) */

@@ -34,6 +34,8 @@ static int ring_push(rs_async_t *as, rs_request_t *rq)
         as->rcap = cap;
         as->rhead = 0;
     }
+    if (as->rcount == 0)
+        as->progress_ns = rs__now_ns(); /* replies owed from now on */
     as->ring[(as->rhead + as->rcount++) % as->rcap] = rq;
     return 0;
 }
@@ -46,18 +48,25 @@ static rs_request_t *ring_pop(rs_async_t *as)
     return rq;
 }
 
-/* The connection broke: what was in flight is sent again (same ids) on the next one. */
+/* The connection broke (or stalled, or reaches a master no more): what was in flight is
+ * sent again (same ids) on the next one, unless it has been trying for timeout_ms. */
 void rs__aq_conn_broken(rs_async_t *as)
 {
     if (as->ctx)
         rs__ctx_free(as->ctx);
     as->ctx = NULL;
+    uint64_t now = rs__now_ns();
     while (as->rcount > 0) {
         rs_request_t *rq = ring_pop(as);
-        if (rq && rq->st == ST_FLIGHT) {
-            rq->resent = 1;
-            rs__aq_want_send(as, rq, rq->op);
+        if (!rq || rq->st != ST_FLIGHT)
+            continue;
+        if (rq->send_by_ns && now >= rq->send_by_ns) {
+            rs__aq_fail(as, rq, rs__fail(as->c, RS_ECONN, "no answer from Redis for %ld ms",
+                                         as->c->timeout_ms));
+            continue;
         }
+        rq->resent = 1;
+        rs__aq_want_send(as, rq, rq->op);
     }
 }
 
@@ -154,15 +163,7 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
             rs__topo_changed(c);
             rq->resent = 1;
             rs__aq_want_send(as, rq, rq->op);
-            rs__ctx_free(as->ctx); /* the replies still owed come to nobody: resend them */
-            as->ctx = NULL;
-            while (as->rcount > 0) {
-                rs_request_t *o = ring_pop(as);
-                if (o && o->st == ST_FLIGHT) {
-                    o->resent = 1;
-                    rs__aq_want_send(as, o, o->op);
-                }
-            }
+            rs__aq_conn_broken(as); /* the replies still owed come to nobody: resend them */
             return;
         }
         rs__aq_fail(as, rq, rs__reply_error(c, r));
@@ -262,6 +263,7 @@ void rs__aq_read(rs_async_t *as)
             return;
         }
         rs_request_t *rq = ring_pop(as);
+        as->progress_ns = rs__now_ns();
         if (rq && rq->st == ST_FLIGHT)
             on_reply(as, rq, r);
         freeReplyObject(r);

@@ -112,6 +112,8 @@ typedef struct rs_async {
     redisContext *ctx;
     rs_request_t **ring;       /* requests whose replies are owed, in order (NULL: SCRIPT LOAD) */
     size_t rhead, rcount, rcap;
+    uint64_t progress_ns;      /* replies are owed: the last one came (or the first was
+                                  asked for) then; timeout_ms without one is a stall */
     uint64_t next_dial_ns, drain_end_ns;
     int draining;
 } rs_async_t;

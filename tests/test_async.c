@@ -31,6 +31,8 @@
  *                                 dispatch: each done once, no overlap, nothing left held
  *   inflight_resent               calls sent to a stopped server that is then restarted
  *                                 empty: each is sent again on the new connection, granted once
+ *   stalled_server                a stopped server: requests in flight end with RS_ECONN after
+ *                                 about timeout_ms (deadline or not); served again after
  *   bad_input                     EINVAL at the call, done never called
  */
 #include <criterion/criterion.h>
@@ -1009,6 +1011,52 @@ Test(async, inflight_resent)
     }
     for (int i = 0; i < 40; i++)
         rs_mutex_destroy(m[i]);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+/* ---- a server that stops answering ---------------------------------------------------------- */
+
+Test(async, stalled_server)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = tu_open_client(&s, 3000, 800, NULL);
+    rs_mutex_t *m;
+    cr_assert_eq(rs_mutex_init(&m, c, "stall"), 0);
+    one_t w = {0};
+    rs_request_t *req;
+    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &w, &req), 0);
+    cr_assert(loop_until(c, &w.ran, 1, 10000));
+    cr_assert_eq(w.rc, 0);
+    cr_assert_eq(rs_hold_release(w.hold), 0);
+    /* stopped (SIGSTOP): the calls are sent and never answered; without a bound they would
+     * wait forever, deadline or not */
+    ts_server_pause(&s);
+    static many_t t;
+    memset(&t, 0, sizeof t);
+    static many_req_t r[10];
+    struct timespec dl = tu_abs_in(300);
+    for (int i = 0; i < 10; i++) {
+        r[i].t = &t;
+        r[i].i = i;
+        cr_assert_eq(rs_mutex_acquire_async(m, i % 2 ? &dl : NULL, many_done, &r[i], &req), 0);
+    }
+    int done = loop_until(c, &t.ran, 10, 15000);
+    ts_server_resume(&s);
+    cr_assert(done, "ran %d of 10 while the server was stopped", t.ran);
+    for (int i = 0; i < 10; i++)
+        cr_expect_eq(t.ran_each[i], 1);
+    cr_expect_eq(t.ok, 0);
+    cr_expect_eq(t.other, 10, "RS_ECONN expected: timedout %d ok %d", t.timedout, t.ok);
+    /* the server back: a new request is served */
+    one_t w2 = {0};
+    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &w2, &req), 0);
+    cr_assert(loop_until(c, &w2.ran, 1, 10000));
+    cr_expect_eq(w2.rc, 0, "rc %d", w2.rc);
+    if (w2.rc == 0)
+        rs_hold_release(w2.hold);
+    rs_mutex_destroy(m);
     rs_client_close(c);
     ts_server_stop(&s);
 }
