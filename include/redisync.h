@@ -426,6 +426,111 @@ RS_API long rs_hold_remaining(const rs_hold_t *h);   /* ms of lease left as last
 RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known lost */
 
 /* ---------------------------------------------------------------------------------------
+ * The event-loop API: non-blocking acquisition (api.md, "Holds as objects, and the
+ * event-loop API").
+ *
+ * An _async call never blocks and never waits for a round trip: it checks its arguments,
+ * hands the request to the client's one library I/O thread (started at the first _async
+ * call; no thread per request) and returns 0, or an error at once, in which case done is
+ * never called. The I/O thread pipelines the requests' script calls on a connection of its
+ * own; a pending request costs memory only (a few hundred bytes; see `make bench`), its
+ * queue entry in Redis is renewed by the client's watchdog and its wake-up comes through
+ * the client's one subscriber, like a blocked thread's. Requests on one name are served in
+ * the order Redis received them (FIFO); a hold object and the thread-bound calls on one
+ * name exclude each other and queue in one line. Two requests of one client on one mutex
+ * are two contenders: the second waits for the first (no EDEADLK).
+ *
+ * done(rc, hold, arg) is called exactly once per request that was started, from
+ * rs_client_dispatch on whichever thread calls it - never from inside the _async call,
+ * never from a library thread. rc is 0 with hold the granted hold (the program's: release
+ * it with rs_hold_release or rs_hold_release_async, from any thread), else hold is NULL and
+ * rc is one of:
+ *   ETIMEDOUT   abstime passed while waiting (the request left the queue);
+ *   EBUSY       abstime was already past at the call and one attempt found it busy
+ *               (EAGAIN for a semaphore without enough free permits);
+ *   ECANCELED   rs_request_cancel, or rs_client_close;
+ *   RS_ECONN    the I/O thread's connection could not be re-established within
+ *               timeout_ms, or Redis did not answer for timeout_ms (a stalled server: the
+ *               connection is then dropped; a broken connection is re-dialled and every
+ *               request that was on it re-sent with its acquisition id, which the scripts
+ *               recognise: a grant is never taken twice); RS_ECONN also when the subscriber
+ *               could not subscribe within timeout_ms. A deadline of a request whose call is
+ *               on the wire is acted on when its reply comes, at most timeout_ms late;
+ *   RS_EQUEUE, RS_ESERVER, ENOMEM as the blocking calls.
+ * req (required) is the request's handle for rs_request_cancel; it is valid until done
+ * runs, and must not be used after (done may run on another thread if several dispatch: a
+ * program that cancels from a thread other than the one dispatching serialises the two).
+ *
+ * abstime: absolute CLOCK_REALTIME deadline, NULL for none; one already past makes one
+ * attempt (EBUSY/EAGAIN as the try variants). Deadlines are kept in one min-heap of the
+ * client and fire at the I/O thread's next pass (no per-request timer).
+ *
+ * Errors at the call: EINVAL (NULL handle, done or req; tv_nsec out of range; n of 0),
+ * ENOMEM, RS_EFORK (a fork child), ECANCELED (the client is closing), and ENOTSUP where the
+ * event-loop API is not offered yet (deviations from api.md, see docs/redisync.3):
+ * redlock:// (every call is a quorum round on all masters, which the one pipelined
+ * connection does not do), redis-cluster:// (no per-node pipelines yet) and clients with
+ * min_replicas > 0 (no WAIT confirmation on the pipeline yet). Use the blocking calls, or
+ * rs_mutex_acquire on a thread of your own, there.
+ *
+ * Thread-safety: every call here may be made from any thread; a handle may be used by
+ * _async calls and blocking calls at once. The handle must stay alive (rs_X_destroy returns
+ * EBUSY) while it has pending requests or unreleased holds.
+ */
+typedef struct rs_request rs_request_t;
+typedef void rs_done_fn(int rc, rs_hold_t *hold, void *arg); /* hold NULL unless rc == 0 */
+RS_API int rs_mutex_acquire_async(rs_mutex_t *m, const struct timespec *abstime,
+                                  rs_done_fn *done, void *arg, rs_request_t **req);
+RS_API int rs_rwlock_acquire_read_async(rs_rwlock_t *rw, const struct timespec *abstime,
+                                        rs_done_fn *done, void *arg, rs_request_t **req);
+RS_API int rs_rwlock_acquire_write_async(rs_rwlock_t *rw, const struct timespec *abstime,
+                                         rs_done_fn *done, void *arg, rs_request_t **req);
+/* n permits (1..INT_MAX) in one hold */
+RS_API int rs_sem_acquire_async(rs_sem_t *s, unsigned n, const struct timespec *abstime,
+                                rs_done_fn *done, void *arg, rs_request_t **req);
+/* Waits for the latch to open (count 0, or an opening since the call) without blocking:
+ * done(0, NULL, arg) then; hold is always NULL. ETIMEDOUT at abstime (a past abstime checks
+ * once), ECANCELED, RS_ECONN; a latch not armed yet is waited for, as rs_latch_wait does.
+ * The client's subscriber listens on the latch's channel while requests wait on it. */
+RS_API int rs_latch_wait_async(rs_latch_t *l, const struct timespec *abstime, rs_done_fn *done,
+                               void *arg, rs_request_t **req);
+/* Releases h without blocking: from here on h belongs to the library (do not touch it
+ * again, not even to release it: a second release of one hold is a use-after-free that the
+ * API cannot catch). done(0, NULL, arg) when released, done(RS_ELOST, NULL, arg) if the
+ * hold had been lost meanwhile (on_lost was called), RS_ECONN if Redis stayed unreachable
+ * for timeout_ms (the hold then expires with its lease). EINVAL for NULL h or done, or a
+ * hold that is not a hold object; ENOTSUP where the event-loop API is not offered (the hold
+ * is left as it was). After rs_client_close (which released h in Redis) it returns
+ * ECANCELED at the call, frees h and done is not called; in a fork child RS_EFORK (h is the
+ * parent's and is left alone). */
+RS_API int rs_hold_release_async(rs_hold_t *h, rs_done_fn *done, void *arg);
+/* Cancels a pending request: done(ECANCELED, NULL, arg) follows unless done already ran (req
+ * must still be valid: not after done). A grant that raced the cancel (granted in Redis, or
+ * a completion queued but not yet dispatched) is released, and done still gets ECANCELED.
+ * The request leaves Redis' queue. Never blocks. 0, or EINVAL for NULL. */
+RS_API int rs_request_cancel(rs_request_t *req);
+/* An eventfd (non-blocking, close-on-exec) that is readable while completions are queued:
+ * register it for reading with epoll, poll, libuv's uv_poll_t... and call rs_client_dispatch
+ * when it is. Created at the first call (before any _async call, so it can be registered
+ * first); the same fd for the client's life; closed by rs_client_close (do not close it
+ * yourself). -1 on error (lasterror: EINVAL for NULL, RS_EFORK, ECANCELED once closing,
+ * ENOMEM, or the eventfd(2) error). */
+RS_API int rs_client_fd(rs_client_t *c);
+/* Runs the done callbacks of the completions queued now, on the calling thread, in the
+ * order they completed; never blocks; returns how many ran (0 for NULL, a fork child or
+ * nothing queued). Completions queued by those callbacks are left for the next call (the fd
+ * stays readable). From inside a done callback it runs nothing and returns 0. Callbacks of
+ * one client are never run by two dispatching threads at once for the same request, but
+ * two threads may dispatch different completions concurrently.
+ *
+ * rs_client_close with requests pending: each pending request is cancelled in Redis (a
+ * grant that raced is released) and its done(ECANCELED) runs inside rs_client_close, on the
+ * closing thread, together with every completion still queued (a grant not yet dispatched
+ * is released and reported as ECANCELED; release completions keep their code). After close
+ * rs_client_dispatch is not to be called (the client may be freed). */
+RS_API int rs_client_dispatch(rs_client_t *c);
+
+/* ---------------------------------------------------------------------------------------
  * Inspection, for operators and the command-line tool. Read-only except rs_force_release.
  * kind is one of "mutex", "rmutex", "rwlock", "sem", "latch", "once".
  * ------------------------------------------------------------------------------------- */

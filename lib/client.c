@@ -330,6 +330,7 @@ RS_API int rs_client_close(rs_client_t *c)
         return 0;
     if (rs__forked(c)) {
         /* a child of fork(): the threads do not exist here and the holds are the parent's */
+        rs__async_forget(c);
         rs__rl_forget(c);
         rs__conn_pool_free(c);
         if (c->wd.ctx)
@@ -351,7 +352,9 @@ RS_API int rs_client_close(rs_client_t *c)
         pthread_cond_wait(&c->life_cv, &c->life_mu);
     pthread_mutex_unlock(&c->life_mu);
 
+    rs__async_stop(c);    /* pending requests leave Redis' queues */
     release_all(c);
+    rs__async_finish(c);  /* their done(ECANCELED) runs here, on this thread */
     rs__topo_stop(c);
     rs__watchdog_stop(c);
     rs__notify_shard_stop(c);

@@ -100,7 +100,8 @@ int rs__handle_destroy(rs_handle_t *h)
     if (atomic_load(&h->nobj) > 0 && !child) {
         /* they point at the handle: release them first (after close that only frees them) */
         pthread_mutex_unlock(&h->mu);
-        return rs__fail(c, EBUSY, "%d hold object(s) of %s \"%.*s\" are not released",
+        return rs__fail(c, EBUSY, "%d hold object(s) or pending request(s) of %s \"%.*s\" "
+                        "are not released or completed",
                         atomic_load(&h->nobj), h->kind, RS_HNAME(h));
     }
     rs_hold_t *hd = h->holds;
@@ -255,6 +256,11 @@ void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid)
 void rs__call_init_object(rs_call_t *k, rs_handle_t *h)
 {
     call_init(k, h, NULL, rs__owner_no_new());
+}
+
+void rs__call_init_owner(rs_call_t *k, rs_handle_t *h, const char *acqid, uint64_t owner_no)
+{
+    call_init(k, h, acqid, owner_no);
 }
 
 void rs__call_extra(rs_call_t *k, const char *arg)

@@ -19,6 +19,9 @@
  *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
  *   hold.c, handle.c, holdobj.c  owner identity, what a thread holds, handles, hold objects
+ *   timerheap.c, async_wire.c, async_req.c, async.c  the event-loop API: one I/O thread
+ *               per client pipelining the _async calls, their deadlines in one heap,
+ *               completions behind one eventfd
  *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
  * Still pointing up: redlock.c calls handle.c's call helpers, and handle.c takes client
  * references through client.c. (topology.c tells the notifier that the master moved through
@@ -167,7 +170,13 @@ struct rs_lease {
     rs_client_t *c;
     const rs_script_t *script;
     int nkeys;
-    rs_argv_t args;          /* op placeholder, keys, then arguments (pointing into store) */
+    struct {                 /* op placeholder, keys, then arguments: v and len point into
+                                store, as does every v[i] (one allocation, sized to fit:
+                                leases are what a pending request or hold costs) */
+        int n;
+        const char **v;
+        size_t *len;
+    } args;
     char *store;
     const char *renew_op, *release_op;
     long lease_ms;
@@ -231,6 +240,10 @@ typedef struct rs_waiter {
     int wake;
     char msg[96];
     struct rs_waiter *prev, *next;
+    /* A callback waiter (lib/async.c): called instead of signalling cv, with nt.mu held
+     * (and maybe the watchdog's wd.mu): it must only hand the wake-up on, never block. */
+    void (*on_wake)(struct rs_waiter *w);
+    void *arg;
 } rs_waiter_t;
 /* Registers w under an acquisition id or a watched topic (the caller keeps topic alive),
  * starting the subscriber and waiting for its subscription (at most timeout_ms). Messages
@@ -242,12 +255,23 @@ int rs__notify_ready(rs_client_t *c);
 /* Subscribes (reference-counted) to channel and waits for Redis to confirm it. */
 int rs__notify_watch(rs_client_t *c, const char *channel);
 void rs__notify_unwatch(rs_client_t *c, const char *channel);
+/* The same without waiting (lib/async.c): the confirmation pokes the channel's callback
+ * waiters RS_WAKE_RETRY; rs__notify_watch_ready says whether it stands. 0 or ENOMEM. */
+int rs__notify_watch_add(rs_client_t *c, const char *channel);
+int rs__notify_watch_ready(rs_client_t *c, const char *channel);
 /* Sleeps until a wake-up or until_ns. Returns RS_WAKE_*; msg is valid after RS_WAKE_MSG. */
 int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns);
 /* Copies w's msg under the notifier's lock: the payload of a topic waiter's last message (the
  * notifier may write it again while the waiter reads). */
 void rs__notify_msg(rs_client_t *c, rs_waiter_t *w, char *buf, size_t len);
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w);
+/* Callback waiters (w->on_wake set, w->id filled, no cv): registers w at once, starting the
+ * subscriber if need be but never waiting for it (rs__notify_ready says when it is
+ * subscribed; the confirmation pokes every waiter RS_WAKE_RETRY). 0, EAGAIN, ECANCELED. */
+int rs__notify_add(rs_client_t *c, rs_waiter_t *w);
+void rs__notify_remove(rs_client_t *c, rs_waiter_t *w);
+/* Takes w's pending wake-up (RS_WAKE_NONE if none; msg filled after RS_WAKE_MSG). */
+int rs__notify_take(rs_client_t *c, rs_waiter_t *w, char *msg, size_t len);
 void rs__notify_poke(rs_client_t *c, rs_waiter_t *w, int wake);
 void rs__notify_cancel_all(rs_client_t *c);
 void rs__notify_stop(rs_client_t *c);
@@ -486,6 +510,9 @@ void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid);
 /* The same for a hold object: a fresh owner of its own (a number no thread ever has), so the
  * hold belongs to the program, and any thread may release it. */
 void rs__call_init_object(rs_call_t *k, rs_handle_t *h);
+/* The same for a given acquisition id and owner number (lib/async.c rebuilds a request's
+ * call from what it keeps). */
+void rs__call_init_owner(rs_call_t *k, rs_handle_t *h, const char *acqid, uint64_t owner_no);
 /* A hold object's acquisition (rs_mutex_acquire...): abstime NULL waits without a deadline,
  * one already past makes one attempt (EBUSY); on 0 *out is the hold, counted in the handle. */
 int rs__acquire_object(rs_call_t *k, const struct timespec *abstime, rs_hold_t **out);
@@ -519,6 +546,7 @@ int rs__handle_take(rs_handle_t *h, int try_only, uint64_t deadline);
  * (normally "rel"), frees it. 0, RS_ELOST (lost before or found lost now), RS_ECONN... */
 int rs__release(rs_handle_t *h, rs_hold_t *hold, const char *op);
 
+#include "internal_async.h"
 #include "internal_client.h"
 
 #endif

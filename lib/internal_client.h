@@ -25,6 +25,7 @@ struct rs_client {
     void *log_arg;
     rs_tls_t *tls;            /* TLS: the client's SSL_CTX (transport.c); NULL: plain */
 
+    struct rs_async *_Atomic as; /* the event-loop API (async.c): made at the first use */
     atomic_int refs;          /* the opener's and one per handle */
     int closed;
     unsigned fork_generation; /* fork detection: see rs__forked */

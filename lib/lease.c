@@ -26,28 +26,32 @@ rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const
     rs_lease_t *l = calloc(1, sizeof *l);
     if (!l)
         return NULL;
-    size_t total = 0;
+    /* one block: the pointers, the lengths, the bytes (each NUL-terminated), the name */
+    size_t n = (size_t)args->n + 1, total = n * (sizeof(char *) + sizeof(size_t));
     for (int i = 0; i < args->n; i++)
         total += args->len[i] + 1;
-    l->store = malloc(total ? total : 1);
-    l->name = malloc(namelen + 1);
-    if (!l->store || !l->name) {
-        free(l->store);
-        free(l->name);
+    total += namelen + 1;
+    l->store = malloc(total);
+    if (!l->store) {
         free(l);
         return NULL;
     }
-    memcpy(l->name, name, namelen);
-    l->name[namelen] = '\0';
-    rs__argv_init(&l->args);
-    rs__argv_ref(&l->args, "", 0); /* the op, filled in per call */
-    char *p = l->store;
+    l->args.v = (const char **)(void *)l->store;
+    l->args.len = (size_t *)(void *)(l->store + n * sizeof(char *));
+    char *p = l->store + n * (sizeof(char *) + sizeof(size_t));
+    l->args.v[0] = ""; /* the op, filled in per call */
+    l->args.len[0] = 0;
+    l->args.n = 1;
     for (int i = 0; i < args->n; i++) {
         memcpy(p, args->v[i], args->len[i]);
         p[args->len[i]] = '\0';
-        rs__argv_ref(&l->args, p, args->len[i]);
+        l->args.v[l->args.n] = p;
+        l->args.len[l->args.n++] = args->len[i];
         p += args->len[i] + 1;
     }
+    l->name = p;
+    memcpy(l->name, name, namelen);
+    l->name[namelen] = '\0';
     l->c = c;
     l->script = s;
     l->nkeys = nkeys;
@@ -62,8 +66,7 @@ rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const
 void rs__lease_unref(rs_lease_t *l)
 {
     if (l && atomic_fetch_sub(&l->refs, 1) == 1) {
-        free(l->store);
-        free(l->name);
+        free(l->store); /* the name too */
         free(l);
     }
 }

@@ -54,7 +54,10 @@ void rs__notify_poke_locked(rs_waiter_t *w, int wake)
     if (w->wake == RS_WAKE_CANCEL)
         return;
     w->wake = wake;
-    pthread_cond_signal(&w->cv);
+    if (w->on_wake)
+        w->on_wake(w); /* a request of lib/async.c: its I/O thread takes the wake-up */
+    else
+        pthread_cond_signal(&w->cv);
 }
 
 struct rs_watch {
@@ -104,6 +107,10 @@ static void confirmed(rs_client_t *c, struct rs_nt_link *lk, const char *channel
         struct rs_watch *w = watch_find(c, channel);
         if (w)
             w->confirmed = 1;
+        /* callback waiters of the topic (lib/async.c) check once it stands */
+        for (rs_waiter_t *x = c->nt.head; x; x = x->next)
+            if (x->on_wake && x->topic && strcmp(x->topic, channel) == 0)
+                rs__notify_poke_locked(x, RS_WAKE_RETRY);
     }
     pthread_cond_broadcast(&c->nt.cv);
     pthread_mutex_unlock(&c->nt.mu);
@@ -333,6 +340,71 @@ static void *notify_main(void *arg)
     return NULL;
 }
 
+/* Starts the subscriber thread(s) if not yet: 0, or an error (nt.mu held). */
+static int start_locked(rs_client_t *c)
+{
+    if (c->nt.started || c->nt.stop)
+        return 0;
+    int redlock = c->ep.mode == RS_MODE_REDLOCK;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int n = redlock ? c->ep.nseeds : 1, rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct rs_nt_link *lk = &c->nt.link[i];
+        lk->c = c;
+        lk->node = redlock ? i : -1;
+        rc = pthread_create(&lk->thread, NULL, notify_main, lk);
+        if (rc == 0)
+            lk->started = 1, c->nt.nlinks = i + 1;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    c->nt.started = c->nt.nlinks > 0; /* the links started are stopped at close */
+    return rc;
+}
+
+int rs__notify_add(rs_client_t *c, rs_waiter_t *w)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    int rc = start_locked(c);
+    if (rc == 0 && (c->nt.stop || atomic_load(&c->closing)))
+        rc = ECANCELED;
+    if (rc == 0) {
+        w->prev = NULL;
+        w->next = c->nt.head;
+        if (c->nt.head)
+            c->nt.head->prev = w;
+        c->nt.head = w;
+    }
+    pthread_mutex_unlock(&c->nt.mu);
+    return rc;
+}
+
+void rs__notify_remove(rs_client_t *c, rs_waiter_t *w)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (c->nt.head == w)
+        c->nt.head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+    pthread_mutex_unlock(&c->nt.mu);
+}
+
+int rs__notify_take(rs_client_t *c, rs_waiter_t *w, char *msg, size_t len)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    int wake = w->wake;
+    if (wake == RS_WAKE_MSG)
+        snprintf(msg, len, "%s", w->msg);
+    if (wake != RS_WAKE_CANCEL)
+        w->wake = RS_WAKE_NONE;
+    pthread_mutex_unlock(&c->nt.mu);
+    return wake;
+}
+
 int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char *topic)
 {
     memset(w, 0, sizeof *w);
@@ -346,26 +418,10 @@ int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char 
 
     pthread_mutex_lock(&c->nt.mu);
     int redlock = c->ep.mode == RS_MODE_REDLOCK;
-    if (!c->nt.started && !c->nt.stop) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        int n = redlock ? c->ep.nseeds : 1, rc = 0;
-        for (int i = 0; i < n && rc == 0; i++) {
-            struct rs_nt_link *lk = &c->nt.link[i];
-            lk->c = c;
-            lk->node = redlock ? i : -1;
-            rc = pthread_create(&lk->thread, NULL, notify_main, lk);
-            if (rc == 0)
-                lk->started = 1, c->nt.nlinks = i + 1;
-        }
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        c->nt.started = c->nt.nlinks > 0; /* the links started are stopped at close */
-        if (rc != 0) {
-            pthread_mutex_unlock(&c->nt.mu);
-            pthread_cond_destroy(&w->cv);
-            return rs__fail(c, EAGAIN, "cannot start the notifier thread");
-        }
+    if (start_locked(c) != 0) {
+        pthread_mutex_unlock(&c->nt.mu);
+        pthread_cond_destroy(&w->cv);
+        return rs__fail(c, EAGAIN, "cannot start the notifier thread");
     }
     /* Register only once subscribed (under Redlock on a quorum of masters): a wake-up for
      * this acquisition can only be published after its first attempt, which is sent after we
@@ -545,6 +601,37 @@ int rs__notify_watch(rs_client_t *c, const char *channel)
     if (rc)
         rs__notify_unwatch(c, channel);
     return rc;
+}
+
+int rs__notify_watch_add(rs_client_t *c, const char *channel)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    struct rs_watch *w = watch_find(c, channel);
+    if (w) {
+        w->refs++;
+    } else {
+        w = calloc(1, sizeof *w);
+        if (!w || !(w->channel = strdup(channel))) {
+            free(w);
+            pthread_mutex_unlock(&c->nt.mu);
+            return ENOMEM;
+        }
+        w->refs = 1;
+        w->next = c->nt.watches;
+        c->nt.watches = w;
+        write_raw(c, "SUBSCRIBE", channel);
+    }
+    pthread_mutex_unlock(&c->nt.mu);
+    return 0;
+}
+
+int rs__notify_watch_ready(rs_client_t *c, const char *channel)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    struct rs_watch *w = watch_find(c, channel);
+    int ready = w && w->confirmed;
+    pthread_mutex_unlock(&c->nt.mu);
+    return ready;
 }
 
 void rs__notify_unwatch(rs_client_t *c, const char *channel)

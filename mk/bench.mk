@@ -49,6 +49,12 @@
 #                     build/bench/cluster.png (gnuplot-nox: bench/deps.sh);
 #                     CLUSTER_ARGS='SECONDS PROCS [OUT]' (default '3 8')
 #
+#   make bench        also runs build/redisync-bench-async (or alone: make bench-async): one
+#                     loop thread's rs_mutex_acquire_async + rs_hold_release_async on 64 names
+#                     against blocking lock+unlock on one thread, same run (issue 16's 3x
+#                     target as PASS/MISS), heap bytes per pending request and the thread
+#                     count while 10,000 wait (bench/async/async.c); ASYNC_ARGS='PAIRS PENDING'
+#
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
 #
@@ -65,7 +71,7 @@ STORM_ARGS ?=
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
 .PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls \
-        bench-cluster bench-cond bench-fanout
+        bench-cluster bench-cond bench-fanout bench-async
 
 # The one-program benchmarks: bench/DIR/DIR.c builds BIN, which make bench-DIR runs with
 # $(ARGSVAR) (default DEFAULT). $(call small_bench,DIR,BIN,ARGSVAR,DEFAULT)
@@ -88,6 +94,7 @@ $(eval $(call small_bench,cluster,$(BUILDDIR)/redisync-bench-cluster,CLUSTER_ARG
 $(eval $(call small_bench,tls,$(BUILDDIR)/redisync-bench-tls,TLSB_ARGS,4000))
 $(eval $(call small_bench,cond,$(BUILDDIR)/redisync-bench-cond,COND_ARGS,300))
 $(eval $(call small_bench,fanout,$(BUILDDIR)/redisync-bench-fanout,FANOUT_ARGS,5 50))
+$(eval $(call small_bench,async,$(BUILDDIR)/redisync-bench-async,ASYNC_ARGS,20000 10000))
 # bench-cluster draws build/bench/cluster.png with gnuplot when it is installed
 bench-cluster: | bench-chart-deps
 .PHONY: bench-chart-deps
@@ -96,7 +103,7 @@ bench-chart-deps:
 
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
 bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster bench-cond \
-       bench-fanout
+       bench-fanout bench-async
 
 bench-contention: | deps
 	@sh bench/deps.sh
@@ -120,4 +127,5 @@ $(STORM_BIN): $(STORM_OBJS) $(SUPPORT_OBJS) $(LIB_A)
 	$(LINK_PROG) -o $@ $(STORM_OBJS) $(SUPPORT_OBJS) $(PROG_LIBS)
 
 -include $(STORM_OBJS:.o=.d) $(HOLDS_OBJS:.o=.d) $(MEMORY_OBJS:.o=.d) $(TLSB_OBJS:.o=.d) \
-         $(wildcard $(OBJ)/bench/cond/*.d) $(wildcard $(OBJ)/bench/fanout/*.d)
+         $(wildcard $(OBJ)/bench/cond/*.d) $(wildcard $(OBJ)/bench/fanout/*.d) \
+         $(wildcard $(OBJ)/bench/async/*.d)

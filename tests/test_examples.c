@@ -117,3 +117,8 @@ Test(examples, work_queue, .fini = fini)
 {
     run_example("work_queue");
 }
+
+Test(examples, epoll_server, .fini = fini)
+{
+    run_example("epoll_server");
+}

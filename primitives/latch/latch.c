@@ -185,6 +185,49 @@ RS_API int rs_latch_timedwait(rs_latch_t *l, const struct timespec *abstime)
     return waited(l, abstime);
 }
 
+/* The event-loop form: the same check ("get") decoded from the reply the I/O thread read;
+ * state is latch_wait_t's seen. */
+static int decode_open(rs_client_t *c, const redisReply *r, long long *seen)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || !is_int(r->element[0]) ||
+        !is_int(r->element[1]) || !is_int(r->element[2]) || r->element[1]->integer < 0)
+        return -rs__fail(c, RS_ESERVER, "unexpected reply from the latch script (get)");
+    long long n = r->element[1]->integer, o = r->element[2]->integer;
+    if (r->element[0]->integer != 1) {
+        *seen = 0;
+        return 1;
+    }
+    if (n == 0 || (*seen >= 0 && o > *seen))
+        return 0;
+    if (*seen < 0)
+        *seen = o;
+    return 1;
+}
+
+static const rs_async_event_t latch_event = {"get", decode_open};
+
+RS_API int rs_latch_wait_async(rs_latch_t *l, const struct timespec *abstime, rs_done_fn *done,
+                               void *arg, rs_request_t **req)
+{
+    if (req)
+        *req = NULL;
+    int rc = rs__handle_begin(l ? &l->h : NULL, "latch", NULL, NULL);
+    if (rc)
+        return rc;
+    rs_call_t k;
+    char buf[32];
+    rs__call_init_object(&k, &l->h);
+    rs__call_extra(&k, "0");
+    snprintf(buf, sizeof buf, "%ld", rs__latch_ttl_ms);
+    rs__call_extra(&k, buf);
+    snprintf(buf, sizeof buf, "%ld", LATCH_IDS_MS + 2 * l->h.c->timeout_ms);
+    rs__call_extra(&k, buf);
+    rc = rs__async_event(&k, l->h.key[0], &latch_event, rs__latch_ttl_ms / 3, abstime, done,
+                         arg, req);
+    rs__leave(l->h.c);
+    return rc;
+}
+
 RS_API int rs_latch_getcount(rs_latch_t *l, unsigned *count)
 {
     if (l && !count)

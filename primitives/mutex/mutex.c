@@ -102,6 +102,21 @@ RS_API int rs_mutex_acquire(rs_mutex_t *m, const struct timespec *abstime, rs_ho
     return rc;
 }
 
+RS_API int rs_mutex_acquire_async(rs_mutex_t *m, const struct timespec *abstime,
+                                  rs_done_fn *done, void *arg, rs_request_t **req)
+{
+    if (req)
+        *req = NULL;
+    int rc = rs__handle_begin(m ? &m->h : NULL, "mutex", NULL, NULL);
+    if (rc)
+        return rc;
+    rs_call_t k;
+    rs__call_init_object(&k, &m->h);
+    rc = rs__async_acquire(&k, abstime, NULL, done, arg, req);
+    rs__leave(m->h.c);
+    return rc;
+}
+
 RS_API uint64_t rs_mutex_fence(const rs_mutex_t *m)
 {
     return m ? rs__handle_fence(&m->h) : 0;

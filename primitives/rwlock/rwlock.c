@@ -257,6 +257,35 @@ RS_API int rs_rwlock_acquire_write(rs_rwlock_t *rw, const struct timespec *absti
     return acquire_object(rw, 1, abstime, out);
 }
 
+static int acquire_async(rs_rwlock_t *rw, int write, const struct timespec *abstime,
+                         rs_done_fn *done, void *arg, rs_request_t **req)
+{
+    if (req)
+        *req = NULL;
+    int rc = rs__handle_begin(rw ? &rw->h : NULL, "rwlock", NULL, NULL);
+    if (rc)
+        return rc;
+    rs_call_t k;
+    rs__call_init_object(&k, &rw->h);
+    rs__call_extra(&k, mode_arg(write));
+    rs_async_opts_t o = {1, !write, EBUSY};
+    rc = rs__async_acquire(&k, abstime, &o, done, arg, req);
+    rs__leave(rw->h.c);
+    return rc;
+}
+
+RS_API int rs_rwlock_acquire_read_async(rs_rwlock_t *rw, const struct timespec *abstime,
+                                        rs_done_fn *done, void *arg, rs_request_t **req)
+{
+    return acquire_async(rw, 0, abstime, done, arg, req);
+}
+
+RS_API int rs_rwlock_acquire_write_async(rs_rwlock_t *rw, const struct timespec *abstime,
+                                         rs_done_fn *done, void *arg, rs_request_t **req)
+{
+    return acquire_async(rw, 1, abstime, done, arg, req);
+}
+
 RS_API uint64_t rs_rwlock_fence(const rs_rwlock_t *rw)
 {
     rw_hold_t *x = rw ? find(rw, 1) : NULL;

@@ -175,6 +175,28 @@ RS_API int rs_sem_acquire(rs_sem_t *s, unsigned n, const struct timespec *abstim
     return rc;
 }
 
+RS_API int rs_sem_acquire_async(rs_sem_t *s, unsigned n, const struct timespec *abstime,
+                                rs_done_fn *done, void *arg, rs_request_t **req)
+{
+    if (req)
+        *req = NULL;
+    if (!s)
+        return rs__fail(NULL, EINVAL, "semaphore is NULL");
+    rs_client_t *c = s->h.c;
+    if (n == 0 || n > INT_MAX)
+        return rs__fail(c, EINVAL, "permits wanted must be 1 to %d, got %u", INT_MAX, n);
+    int rc = rs__enter(c);
+    if (rc)
+        return rc;
+    rs_call_t k;
+    rs__call_init_object(&k, &s->h);
+    sem_extras(&k, s, n);
+    rs_async_opts_t o = {n, 0, EAGAIN};
+    rc = rs__async_acquire(&k, abstime, &o, done, arg, req);
+    rs__leave(c);
+    return rc;
+}
+
 RS_API int rs_sem_wait(rs_sem_t *s)
 {
     return waited(s, 1, 0, NULL);

@@ -1,0 +1,369 @@
+/*
+ * async.c - the event-loop API's figures (`make bench`, or alone: make bench-async; issue
+ * 16's performance targets), measured in one run against one redis-server:
+ *
+ *   blocking  one thread, rs_mutex_lock + rs_mutex_unlock on one name, PAIRS times
+ *   async     one loop thread, rs_mutex_acquire_async + rs_hold_release_async on NAMES
+ *             names, one request in flight per name (WINDOW = NAMES: no contention; each
+ *             release starts the name's next
+ *             acquisition), PAIRS pairs: the I/O thread pipelines them
+ *   target    async pairs/s at least 3 times blocking pairs/s (PASS/MISS)
+ *   handoff   contended handoff, HANDOFFS rounds each, medians: a thread releases a mutex
+ *             (rs_mutex_unlock) that another thread waits for in rs_mutex_lock, until that
+ *             thread returns; against: a hold object released (rs_hold_release) while an
+ *             rs_mutex_acquire_async waits for it, until its done runs from
+ *             rs_client_dispatch (epoll on rs_client_fd), same loop thread; target at most
+ *             1.1 times the blocking handoff (PASS/MISS)
+ *   memory    PENDING requests waiting on a held mutex: heap bytes per pending request
+ *             (mallinfo2, request + queue-entry lease + heap slot), target <= 512 beyond
+ *             the handle, and the process's thread count before and while they wait
+ *
+ * Usage: redisync-bench-async [PAIRS [PENDING]]   (defaults 20000 10000)
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "redis_server.h"
+#include "redisync.h"
+
+#define NAMES 256
+#define WINDOW 256
+
+static long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static int threads_now(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static rs_client_t *open_client(const ts_server_t *s)
+{
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = s->url;
+    cfg.lease_ms = 10000;
+    rs_client_t *c;
+    if (rs_client_open(&c, &cfg) != 0) {
+        fprintf(stderr, "open: %s\n", rs_client_lasterror(NULL));
+        exit(1);
+    }
+    return c;
+}
+
+/* ---- the async loop ------------------------------------------------------------------ */
+
+typedef struct loop {
+    rs_client_t *c;
+    rs_mutex_t *m[NAMES];
+    long started, pairs, target, errors;
+} loop_t;
+
+typedef struct slot {
+    loop_t *lp;
+    int name;
+} slot_t;
+
+static void acquired(int rc, rs_hold_t *hold, void *arg);
+
+static void start_one(slot_t *s)
+{
+    loop_t *lp = s->lp;
+    if (lp->started >= lp->target)
+        return;
+    lp->started++;
+    rs_request_t *req;
+    if (rs_mutex_acquire_async(lp->m[s->name], NULL, acquired, s, &req) != 0) {
+        lp->errors++;
+        lp->pairs++;
+    }
+}
+
+static void released(int rc, rs_hold_t *hold, void *arg)
+{
+    slot_t *s = arg;
+    (void)hold;
+    if (rc)
+        s->lp->errors++;
+    s->lp->pairs++;
+    start_one(s);
+}
+
+static void acquired(int rc, rs_hold_t *hold, void *arg)
+{
+    slot_t *s = arg;
+    if (rc) {
+        s->lp->errors++;
+        s->lp->pairs++;
+        start_one(s);
+        return;
+    }
+    if (rs_hold_release_async(hold, released, s) != 0) {
+        s->lp->errors++;
+        s->lp->pairs++;
+    }
+}
+
+static void run_loop(rs_client_t *c, loop_t *lp, const long *done_counter, long want)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, rs_client_fd(c), &ev);
+    long long end = now_ns() + 120LL * 1000000000LL;
+    while (*done_counter < want && now_ns() < end) {
+        struct epoll_event got;
+        if (epoll_wait(ep, &got, 1, 100) > 0)
+            rs_client_dispatch(c);
+    }
+    close(ep);
+    (void)lp;
+}
+
+/* ---- contended handoff ------------------------------------------------------------------ */
+
+#define HANDOFFS 300
+
+static int cmp_ll(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct hshared {
+    rs_mutex_t *m;
+    atomic_int go, back;
+    atomic_llong t1;
+} hshared_t;
+
+static void *handoff_waiter(void *arg)
+{
+    hshared_t *sh = arg;
+    for (int r = 1; r <= HANDOFFS; r++) {
+        while (atomic_load(&sh->go) < r)
+            sched_yield();
+        if (rs_mutex_lock(sh->m) != 0)
+            fprintf(stderr, "handoff: lock failed\n");
+        atomic_store(&sh->t1, now_ns());
+        rs_mutex_unlock(sh->m);
+        atomic_store(&sh->back, r);
+    }
+    return NULL;
+}
+
+static int queued(redisContext *rc, const char *key)
+{
+    redisReply *r = redisCommand(rc, "ZCARD %s", key);
+    int n = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
+static long long t_done;
+static int h_ran;
+
+static void handoff_done(int rc, rs_hold_t *hold, void *arg)
+{
+    (void)arg;
+    t_done = now_ns();
+    h_ran++;
+    if (rc == 0)
+        rs_hold_release(hold);
+}
+
+/* medians in us: *blocking, *async */
+static void handoff(const ts_server_t *s, rs_client_t *c, double *blocking, double *async)
+{
+    static long long b[HANDOFFS], a[HANDOFFS];
+    rs_client_t *holder = open_client(s);
+    redisContext *rc = redisConnect("127.0.0.1", s->port);
+    rs_mutex_t *hm, *wm;
+    rs_mutex_init(&hm, holder, "bench-handoff");
+    rs_mutex_init(&wm, c, "bench-handoff");
+    hshared_t sh = {.m = wm};
+    pthread_t th;
+    pthread_create(&th, NULL, handoff_waiter, &sh);
+    for (int r = 1; r <= HANDOFFS; r++) {
+        rs_mutex_lock(hm);
+        atomic_store(&sh.go, r);
+        while (queued(rc, "rs:{bench-handoff}:mutex:q") < 1)
+            usleep(200);
+        long long t0 = now_ns();
+        rs_mutex_unlock(hm);
+        while (atomic_load(&sh.back) < r)
+            usleep(100);
+        b[r - 1] = atomic_load(&sh.t1) - t0;
+    }
+    pthread_join(th, NULL);
+
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, rs_client_fd(c), &ev);
+    for (int r = 0; r < HANDOFFS; r++) {
+        rs_hold_t *h;
+        rs_mutex_acquire(hm, NULL, &h);
+        rs_request_t *req;
+        rs_mutex_acquire_async(wm, NULL, handoff_done, NULL, &req);
+        while (queued(rc, "rs:{bench-handoff}:mutex:q") < 1)
+            usleep(200);
+        int want = h_ran + 1;
+        long long t0 = now_ns();
+        rs_hold_release(h);
+        while (h_ran < want) {
+            struct epoll_event got;
+            if (epoll_wait(ep, &got, 1, 1000) > 0)
+                rs_client_dispatch(c);
+        }
+        a[r] = t_done - t0;
+    }
+    close(ep);
+    qsort(b, HANDOFFS, sizeof *b, cmp_ll);
+    qsort(a, HANDOFFS, sizeof *a, cmp_ll);
+    *blocking = (double)b[HANDOFFS / 2] / 1000.0;
+    *async = (double)a[HANDOFFS / 2] / 1000.0;
+    redisFree(rc);
+    rs_mutex_destroy(hm);
+    rs_mutex_destroy(wm);
+    rs_client_close(holder);
+}
+
+/* ---- pending requests' memory ----------------------------------------------------------- */
+
+static long pending_done;
+
+static void pending_cb(int rc, rs_hold_t *hold, void *arg)
+{
+    (void)arg;
+    if (rc == 0)
+        rs_hold_release(hold);
+    pending_done++;
+}
+
+int main(int argc, char **argv)
+{
+    long pairs = argc > 1 ? atol(argv[1]) : 20000;
+    long pending = argc > 2 ? atol(argv[2]) : 10000;
+    ts_server_t s;
+    if (ts_server_start(&s, NULL) != 0) {
+        fprintf(stderr, "cannot start redis-server\n");
+        return 1;
+    }
+    rs_client_t *c = open_client(&s);
+
+    /* blocking: one thread, lock + unlock on one name */
+    rs_mutex_t *bm;
+    rs_mutex_init(&bm, c, "bench-blocking");
+    for (int i = 0; i < 200; i++) /* warm-up */
+        if (rs_mutex_lock(bm) == 0)
+            rs_mutex_unlock(bm);
+    long bpairs = pairs / 4 > 2000 ? pairs / 4 : 2000;
+    long long t0 = now_ns();
+    long berr = 0;
+    for (long i = 0; i < bpairs; i++) {
+        if (rs_mutex_lock(bm) != 0 || rs_mutex_unlock(bm) != 0)
+            berr++;
+    }
+    double bsec = (double)(now_ns() - t0) / 1e9;
+    double brate = (double)bpairs / bsec;
+
+    /* async: one loop thread, NAMES names, WINDOW in flight */
+    static loop_t lp;
+    static slot_t slots[WINDOW];
+    lp.c = c;
+    for (int i = 0; i < NAMES; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "bench-async-%d", i);
+        rs_mutex_init(&lp.m[i], c, name);
+    }
+    lp.target = 500; /* warm-up: the I/O thread, the subscriber, the scripts */
+    for (int i = 0; i < WINDOW; i++) {
+        slots[i].lp = &lp;
+        slots[i].name = i % NAMES;
+        start_one(&slots[i]);
+    }
+    run_loop(c, &lp, &lp.pairs, lp.target);
+    lp.started = lp.pairs = lp.errors = 0;
+    lp.target = pairs;
+    t0 = now_ns();
+    for (int i = 0; i < WINDOW; i++)
+        start_one(&slots[i]);
+    run_loop(c, &lp, &lp.pairs, pairs);
+    double asec = (double)(now_ns() - t0) / 1e9;
+    double arate = (double)lp.pairs / asec;
+
+    double hb, ha;
+    handoff(&s, c, &hb, &ha);
+
+    /* pending requests: memory and threads */
+    rs_client_t *holder = open_client(&s);
+    rs_mutex_t *hm, *pm;
+    rs_mutex_init(&hm, holder, "bench-pending");
+    rs_mutex_init(&pm, c, "bench-pending");
+    rs_mutex_lock(hm);
+    int th0 = threads_now();
+    struct mallinfo2 m0 = mallinfo2();
+    rs_request_t *req;
+    for (long i = 0; i < pending; i++)
+        rs_mutex_acquire_async(pm, NULL, pending_cb, NULL, &req);
+    redisContext *rc = redisConnect("127.0.0.1", s.port);
+    long long queued = 0;
+    long long qend = now_ns() + 60LL * 1000000000LL;
+    while (queued < pending && now_ns() < qend) {
+        redisReply *r = redisCommand(rc, "ZCARD rs:{bench-pending}:mutex:q");
+        queued = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+        if (r)
+            freeReplyObject(r);
+        usleep(20000);
+    }
+    struct mallinfo2 m1 = mallinfo2();
+    int th1 = threads_now();
+    double per = (double)((long long)m1.uordblks - (long long)m0.uordblks) / (double)pending;
+    rs_mutex_unlock(hm);
+    run_loop(c, &lp, &pending_done, pending);
+    redisFree(rc);
+
+    printf("redisync event-loop API (one redis-server, one run)\n");
+    printf("  blocking lock+unlock, 1 thread, 1 name:         %8.0f pairs/s  "
+           "(%ld pairs, %ld errors)\n", brate, bpairs, berr);
+    printf("  async acquire+release, 1 loop thread, %d names: %8.0f pairs/s  "
+           "(%ld pairs, %ld errors, %d in flight)\n", NAMES, arate, lp.pairs, lp.errors, WINDOW);
+    printf("  ratio async/blocking: %.2f (target >= 3): %s\n", arate / brate,
+           arate >= 3 * brate ? "PASS" : "MISS");
+    printf("  contended handoff, median of %d: blocking %.0f us, async (through dispatch) %.0f us: "
+           "ratio %.2f (target <= 1.1): %s\n", HANDOFFS, hb, ha, ha / hb,
+           ha <= 1.1 * hb ? "PASS" : "MISS");
+    printf("  %ld pending requests (%lld queued in Redis): %.0f heap bytes each "
+           "(target <= 512): %s\n", pending, queued, per, per <= 512 ? "PASS" : "MISS");
+    printf("  threads: %d before, %d while they wait (%s); %ld completed after the release\n",
+           th0, th1, th0 == th1 ? "none added" : "ADDED", pending_done);
+    for (int i = 0; i < NAMES; i++)
+        rs_mutex_destroy(lp.m[i]);
+    rs_mutex_destroy(bm);
+    rs_mutex_destroy(hm);
+    rs_mutex_destroy(pm);
+    rs_client_close(holder);
+    rs_client_close(c);
+    ts_server_stop(&s);
+    return 0;
+}

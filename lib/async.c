@@ -1,0 +1,461 @@
+/*
+ * async.c - the event-loop API (api.md, "Holds as objects, and the event-loop API"): the
+ * _async acquisitions, rs_hold_release_async, rs_request_cancel, rs_client_fd,
+ * rs_client_dispatch and what rs_client_close does with pending requests. The I/O thread
+ * itself is async_req.c (each request's state machine, the thread's loop) and async_wire.c
+ * (its connection); the deadline heap is timerheap.c.
+ *
+ * One library I/O thread per client (started at the first _async call) owns a connection of
+ * its own on which it pipelines the script calls of every pending request: the caller only
+ * appends its request to a queue and wakes the thread through an eventfd. The protocol is
+ * the blocking one of wait.c, turned into a state machine per request:
+ *
+ *   SUB    waiting for the client's subscriber to stand (its confirmation pokes us)
+ *   SEND   an operation is to be sent (acq in queue mode, cancel, rel)
+ *   FLIGHT it was sent; its reply comes in pipeline order (the ring)
+ *   WAIT   queued in Redis; a wake-up (the notifier hands it over through the request's
+ *          callback waiter), the retry nap (the holder's lease) or the deadline moves it
+ *   DELAY  a transient server state (LOADING, BUSY, TRYAGAIN): send again shortly
+ *
+ * Grants become hold objects exactly as rs_mutex_acquire's (handle.c); queue entries are
+ * leases the watchdog renews; deadlines and naps sit in one min-heap (timerheap.c). A broken
+ * connection is dialled again and everything that was in flight on it is sent again with
+ * its acquisition id (the scripts are idempotent per id) for up to timeout_ms.
+ *
+ * Completions are made on the I/O thread but published (to the queue rs_client_dispatch
+ * runs, behind the eventfd rs_client_fd returns) only at the end of each pass, under as->mu:
+ * a request that a pass still refers to is never freed by a dispatch meanwhile, and a
+ * cancel that raced a grant is resolved there (the grant is released first).
+ *
+ * Lock order: wd.mu -> nt.mu -> as->mu (the callback waiter runs under the first two); the
+ * I/O thread never calls the watchdog or the notifier while holding as->mu.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static _Thread_local int in_dispatch;
+
+/* ----- small helpers ------------------------------------------------------------------ */
+
+void rs__aq_poke(int fd)
+{
+    uint64_t one = 1;
+    ssize_t n = write(fd, &one, sizeof one);
+    (void)n; /* EAGAIN only when the counter is full: it is readable then anyway */
+}
+
+void rs__aq_drain(int fd)
+{
+    uint64_t v;
+    ssize_t n = read(fd, &v, sizeof v);
+    (void)n;
+}
+
+/* Wakes the I/O thread once per batch (as->mu held; returns whether to write wfd after
+ * unlocking). */
+static int wake_locked(rs_async_t *as)
+{
+    if (as->poked)
+        return 0;
+    as->poked = 1;
+    return 1;
+}
+
+static rs_async_t *get_as(rs_client_t *c, int create)
+{
+    rs_async_t *as = atomic_load(&c->as);
+    if (as || !create)
+        return as;
+    pthread_mutex_lock(&c->life_mu);
+    as = atomic_load(&c->as);
+    if (!as && (as = calloc(1, sizeof *as)) != NULL) {
+        as->c = c;
+        as->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        as->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (as->efd < 0 || as->wfd < 0) {
+            int e = errno;
+            if (as->efd >= 0)
+                close(as->efd);
+            if (as->wfd >= 0)
+                close(as->wfd);
+            free(as);
+            as = NULL;
+            errno = e;
+        } else {
+            pthread_mutex_init(&as->mu, NULL);
+            atomic_store(&c->as, as);
+        }
+    } else if (!as) {
+        errno = ENOMEM;
+    }
+    pthread_mutex_unlock(&c->life_mu);
+    return as;
+}
+
+void rs__aq_call(const rs_request_t *rq, rs_call_t *k)
+{
+    rs__call_init_owner(k, rq->h, rq->acqid, rq->owner_no);
+    for (int i = 0; i < rq->nextra; i++)
+        rs__call_extra(k, rq->extra[i]);
+}
+
+void rs__aq_on_wake(rs_waiter_t *w)
+{
+    rs_request_t *rq = w->arg;
+    rs_async_t *as = rq->as;
+    pthread_mutex_lock(&as->mu);
+    int poke = 0;
+    if (!rq->in_woken) {
+        rq->in_woken = 1;
+        rq->wnext = as->woken;
+        as->woken = rq;
+        poke = wake_locked(as);
+    }
+    pthread_mutex_unlock(&as->mu);
+    if (poke)
+        rs__aq_poke(as->wfd);
+}
+
+/* ----- the calls ----------------------------------------------------------------------- */
+
+static int mode_refused(rs_client_t *c, const char *what)
+{
+    if (c->ep.mode == RS_MODE_REDLOCK)
+        return rs__fail(c, ENOTSUP, "%s: the event-loop API is not offered under redlock:// "
+                        "(each call is a quorum round on every master); use the blocking "
+                        "calls", what);
+    if (c->ep.mode == RS_MODE_CLUSTER)
+        return rs__fail(c, ENOTSUP, "%s: the event-loop API is not offered under "
+                        "redis-cluster:// yet; use the blocking calls", what);
+    if (c->min_replicas > 0)
+        return rs__fail(c, ENOTSUP, "%s: the event-loop API does not confirm with WAIT yet "
+                        "(min_replicas %d); use the blocking calls", what, c->min_replicas);
+    return 0;
+}
+
+static int submit(rs_client_t *c, rs_request_t *rq)
+{
+    rs_async_t *as = get_as(c, 1);
+    if (!as)
+        return rs__fail(c, errno == ENOMEM ? ENOMEM : errno, "cannot create the eventfd: %s",
+                        strerror(errno));
+    rq->as = as;
+    pthread_mutex_lock(&as->mu);
+    if (as->stop) {
+        pthread_mutex_unlock(&as->mu);
+        return rs__fail(c, ECANCELED, "the client is closing");
+    }
+    if (!as->started) {
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&as->thread, NULL, rs__aq_main, as);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc) {
+            pthread_mutex_unlock(&as->mu);
+            return rs__fail(c, EAGAIN, "cannot start the I/O thread");
+        }
+        as->started = 1;
+    }
+    rq->next = NULL;
+    if (as->sub_tail)
+        as->sub_tail->next = rq;
+    else
+        as->sub_head = rq;
+    as->sub_tail = rq;
+    int poke = wake_locked(as);
+    pthread_mutex_unlock(&as->mu);
+    if (poke)
+        rs__aq_poke(as->wfd);
+    return 0;
+}
+
+int rs__async_acquire(rs_call_t *k, const struct timespec *abstime, const rs_async_opts_t *o,
+                      rs_done_fn *done, void *arg, rs_request_t **req)
+{
+    rs_client_t *c = k->h->c;
+    if (req)
+        *req = NULL;
+    if (!done || !req)
+        return rs__fail(c, EINVAL, "%s is NULL", done ? "req" : "done");
+    uint64_t deadline = RS_NO_DEADLINE;
+    int rc = abstime ? rs__deadline_from(c, abstime, &deadline) : 0;
+    if (rc || (rc = mode_refused(c, "acquire_async")) != 0)
+        return rc;
+    rs_request_t *rq = calloc(1, sizeof *rq);
+    if (!rq)
+        return rs__fail(c, ENOMEM, "out of memory");
+    rq->type = RQ_ACQ;
+    rq->h = k->h;
+    rq->owner_no = k->owner_no;
+    memcpy(rq->acqid, k->acqid, k->acqlen + 1);
+    rq->nextra = (unsigned char)k->nextra;
+    for (int i = 0; i < k->nextra; i++)
+        snprintf(rq->extra[i], EXTRA_LEN, "%s", k->extra[i]);
+    rq->count = o ? o->count : 0;
+    rq->zero_fence = o ? (unsigned char)o->zero_fence : 0;
+    rq->busy_rc = o && o->busy_rc ? o->busy_rc : EBUSY;
+    rq->done = done;
+    rq->arg = arg;
+    rq->deadline_ns = deadline;
+    rq->try_only = deadline <= rs__now_ns();
+    rq->counted = 1;
+    rq->tm.idx = -1;
+    atomic_fetch_add(&k->h->nobj, 1); /* the handle is not destroyed under it */
+    if ((rc = submit(c, rq)) != 0) {
+        atomic_fetch_sub(&k->h->nobj, 1);
+        free(rq);
+        return rc;
+    }
+    *req = rq;
+    return 0;
+}
+
+int rs__async_event(rs_call_t *k, const char *topic, const rs_async_event_t *ev,
+                    long recheck_ms, const struct timespec *abstime, rs_done_fn *done, void *arg,
+                    rs_request_t **req)
+{
+    rs_client_t *c = k->h->c;
+    if (req)
+        *req = NULL;
+    if (!done || !req)
+        return rs__fail(c, EINVAL, "%s is NULL", done ? "req" : "done");
+    uint64_t deadline = RS_NO_DEADLINE;
+    int rc = abstime ? rs__deadline_from(c, abstime, &deadline) : 0;
+    if (rc || (rc = mode_refused(c, "wait_async")) != 0)
+        return rc;
+    rs_request_t *rq = calloc(1, sizeof *rq);
+    if (!rq)
+        return rs__fail(c, ENOMEM, "out of memory");
+    rq->type = RQ_EVT;
+    rq->h = k->h;
+    rq->owner_no = k->owner_no;
+    memcpy(rq->acqid, k->acqid, k->acqlen + 1);
+    rq->nextra = (unsigned char)k->nextra;
+    for (int i = 0; i < k->nextra; i++)
+        snprintf(rq->extra[i], EXTRA_LEN, "%s", k->extra[i]);
+    rq->ev = ev;
+    rq->recheck_ms = recheck_ms > 0 ? recheck_ms : 1;
+    rq->topic = topic;
+    rq->done = done;
+    rq->arg = arg;
+    rq->deadline_ns = deadline;
+    rq->try_only = deadline <= rs__now_ns();
+    rq->counted = 1;
+    rq->tm.idx = -1;
+    atomic_fetch_add(&k->h->nobj, 1); /* the handle (and topic) outlive the request */
+    if ((rc = submit(c, rq)) != 0) {
+        atomic_fetch_sub(&k->h->nobj, 1);
+        free(rq);
+        return rc;
+    }
+    *req = rq;
+    return 0;
+}
+
+RS_API int rs_hold_release_async(rs_hold_t *hold, rs_done_fn *done, void *arg)
+{
+    if (!hold || !hold->obj)
+        return rs__fail(NULL, EINVAL, hold ? "not a hold object (a thread's hold is released "
+                                             "with its primitive's unlock)"
+                                           : "hold is NULL");
+    rs_client_t *c = hold->obj->c;
+    if (!done)
+        return rs__fail(c, EINVAL, "done is NULL");
+    int rc = rs__enter(c);
+    if (rc == ECANCELED) {
+        rs_hold_release(hold); /* after close: only the memory goes */
+        return rc;
+    }
+    if (rc)
+        return rc;
+    if ((rc = mode_refused(c, "rs_hold_release_async")) == 0) {
+        rs_request_t *rq = calloc(1, sizeof *rq);
+        if (!rq) {
+            rc = rs__fail(c, ENOMEM, "out of memory");
+        } else {
+            rq->type = RQ_REL;
+            rq->h = hold->obj;
+            rq->hold = hold;
+            rq->done = done;
+            rq->arg = arg;
+            rq->deadline_ns = RS_NO_DEADLINE;
+            rq->tm.idx = -1;
+            if ((rc = submit(c, rq)) != 0)
+                free(rq);
+        }
+    }
+    rs__leave(c);
+    return rc;
+}
+
+RS_API int rs_request_cancel(rs_request_t *rq)
+{
+    if (!rq)
+        return rs__fail(NULL, EINVAL, "request is NULL");
+    rs_async_t *as = rq->as;
+    pthread_mutex_lock(&as->mu);
+    if (rq->pub) {
+        /* completed, not yet dispatched */
+        rs_request_t *prev = NULL, *p = as->done_head;
+        while (p && p != rq)
+            prev = p, p = p->next;
+        if (!p) {
+            /* being dispatched now: done is about to run (req is not valid any more) */
+        } else if (rq->rc == 0 && rq->hold && rq->type == RQ_ACQ) {
+            if (prev)
+                prev->next = p->next;
+            else
+                as->done_head = p->next;
+            if (as->done_tail == p)
+                as->done_tail = prev;
+            rq->pub = 0;
+            rq->st = ST_UNDO;
+            rq->in_cancel = 1;
+            rq->cnext = as->can;
+            as->can = rq;
+        } else if (rq->type == RQ_ACQ) {
+            rq->rc = ECANCELED;
+        }
+    } else {
+        atomic_store(&rq->cancel, 1);
+        if (!rq->in_cancel) {
+            rq->in_cancel = 1;
+            rq->cnext = as->can;
+            as->can = rq;
+        }
+    }
+    int poke = wake_locked(as);
+    pthread_mutex_unlock(&as->mu);
+    if (poke)
+        rs__aq_poke(as->wfd);
+    return 0;
+}
+
+RS_API int rs_client_fd(rs_client_t *c)
+{
+    if (rs__enter(c) != 0)
+        return -1;
+    rs_async_t *as = get_as(c, 1);
+    int fd = as ? as->efd : -1;
+    if (!as)
+        rs__fail(c, errno == ENOMEM ? ENOMEM : errno, "cannot create the eventfd: %s",
+                 strerror(errno));
+    rs__leave(c);
+    return fd;
+}
+
+/* Runs the completions of list (taken off the queue); in_dispatch keeps callbacks from
+ * dispatching again. */
+static int run_list(rs_request_t *list)
+{
+    int n = 0;
+    in_dispatch = 1;
+    while (list) {
+        rs_request_t *rq = list;
+        list = rq->next;
+        rq->done(rq->rc, rq->rc == 0 ? rq->hold : NULL, rq->arg);
+        free(rq);
+        n++;
+    }
+    in_dispatch = 0;
+    return n;
+}
+
+RS_API int rs_client_dispatch(rs_client_t *c)
+{
+    if (!c || in_dispatch || rs__forked(c))
+        return 0;
+    rs_async_t *as = get_as(c, 0);
+    if (!as)
+        return 0;
+    pthread_mutex_lock(&as->mu);
+    rs_request_t *list = as->done_head;
+    as->done_head = as->done_tail = NULL;
+    rs__aq_drain(as->efd); /* readable again at the next completion */
+    pthread_mutex_unlock(&as->mu);
+    return run_list(list);
+}
+
+/* ----- close ------------------------------------------------------------------------- */
+
+void rs__async_stop(rs_client_t *c)
+{
+    rs_async_t *as = get_as(c, 0);
+    if (!as)
+        return;
+    pthread_mutex_lock(&as->mu);
+    as->stop = 1;
+    int started = as->started;
+    pthread_mutex_unlock(&as->mu);
+    rs__aq_poke(as->wfd);
+    if (started)
+        pthread_join(as->thread, NULL);
+}
+
+void rs__async_finish(rs_client_t *c)
+{
+    rs_async_t *as = get_as(c, 0);
+    if (!as)
+        return;
+    /* the holds were released by the close: grants not dispatched become ECANCELED */
+    rs_request_t *list = as->done_head;
+    as->done_head = as->done_tail = NULL;
+    /* grants whose cancel came after the thread ended: they end here */
+    for (rs_request_t *rq = as->can; rq; rq = rq->cnext)
+        if (rq->st == ST_UNDO) {
+            rq->next = list;
+            list = rq;
+        }
+    as->can = NULL;
+    for (rs_request_t *rq = list; rq; rq = rq->next) {
+        if (rq->rc == 0 && rq->hold && rq->type == RQ_ACQ) {
+            rs_handle_t *h = rq->hold->obj;
+            rs__watch_del(c, rq->hold->lease);
+            rs__hold_discard(rq->hold);
+            atomic_fetch_sub(&h->nobj, 1);
+            rq->hold = NULL;
+            rq->rc = ECANCELED;
+        }
+    }
+    int was = in_dispatch;
+    run_list(list);
+    in_dispatch = was;
+    atomic_store(&c->as, NULL);
+    close(as->efd);
+    close(as->wfd);
+    pthread_mutex_destroy(&as->mu);
+    rs__theap_free(&as->heap);
+    free(as->ring);
+    free(as);
+}
+
+void rs__async_forget(rs_client_t *c)
+{
+    rs_async_t *as = get_as(c, 0);
+    if (!as)
+        return;
+    /* a fork child: no thread, the parent's requests; only the memory and the fds go */
+    for (rs_request_t *rq = as->done_head, *nx; rq; rq = nx) {
+        nx = rq->next;
+        free(rq);
+    }
+    atomic_store(&c->as, NULL);
+    if (as->ctx)
+        rs__ctx_free(as->ctx);
+    close(as->efd);
+    close(as->wfd);
+    rs__theap_free(&as->heap);
+    free(as->ring);
+    free(as);
+}

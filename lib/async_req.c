@@ -1,0 +1,543 @@
+/*
+ * async_req.c - the event-loop API's I/O thread (lib/async.c has the overview): each pending
+ * request's state machine (SUB, SEND, FLIGHT, WAIT, DELAY; completion), the deadlines and
+ * naps in the client's timer heap, cancellations, and the thread's loop: one pass takes the
+ * submitted, woken and cancelled requests, runs what is due, sends (async_wire.c) and
+ * publishes the pass's completions for rs_client_dispatch.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* ----- the I/O thread's bookkeeping ---------------------------------------------------- */
+
+void rs__aq_list_remove(rs_request_t **head, rs_request_t **tail, rs_request_t *rq)
+{
+    rs_request_t *prev = NULL;
+    for (rs_request_t *p = *head; p; prev = p, p = p->snext)
+        if (p == rq) {
+            if (prev)
+                prev->snext = p->snext;
+            else
+                *head = p->snext;
+            if (*tail == p)
+                *tail = prev;
+            break;
+        }
+    rq->snext = NULL;
+}
+
+void rs__aq_list_append(rs_request_t **head, rs_request_t **tail, rs_request_t *rq)
+{
+    rq->snext = NULL;
+    if (*tail)
+        (*tail)->snext = rq;
+    else
+        *head = rq;
+    *tail = rq;
+}
+
+void rs__aq_live_add(rs_async_t *as, rs_request_t *rq)
+{
+    rq->aprev = NULL;
+    rq->anext = as->live;
+    if (as->live)
+        as->live->aprev = rq;
+    as->live = rq;
+    as->nlive++;
+}
+
+void rs__aq_live_del(rs_async_t *as, rs_request_t *rq)
+{
+    if (rq->aprev)
+        rq->aprev->anext = rq->anext;
+    else if (as->live == rq)
+        as->live = rq->anext;
+    if (rq->anext)
+        rq->anext->aprev = rq->aprev;
+    rq->anext = rq->aprev = NULL;
+    as->nlive--;
+}
+
+void rs__aq_drop_queue_lease(rs_client_t *c, rs_request_t *rq)
+{
+    if (rq->ql) {
+        rs__watch_del(c, rq->ql);
+        rs__lease_unref(rq->ql);
+        rq->ql = NULL;
+    }
+}
+
+/* Ends rq on the I/O thread; published at the end of the pass. */
+void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
+{
+    rs_client_t *c = as->c;
+    if (as->draining && rc != 0 && rq->type != RQ_REL)
+        rc = ECANCELED; /* rs_client_close: whatever stopped it, the close did */
+    rs__theap_del(&as->heap, &rq->tm);
+    if (rq->in_send) {
+        rs__aq_list_remove(&as->sendq, &as->sendq_tail, rq);
+        rq->in_send = 0;
+    }
+    if (rq->st == ST_SUB)
+        rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
+    rs__aq_drop_queue_lease(c, rq);
+    if (rq->registered) {
+        rs__notify_remove(c, &rq->w);
+        rq->registered = 0;
+    }
+    if (rq->watching) {
+        rs__notify_unwatch(c, rq->topic);
+        rq->watching = 0;
+    }
+    rs__aq_live_del(as, rq);
+    if (!hold && rq->counted) {
+        atomic_fetch_sub(&rq->h->nobj, 1);
+        rq->counted = 0;
+    }
+    rq->rc = rc;
+    rq->hold = hold;
+    rq->st = ST_FIN;
+    rq->bnext = NULL;
+    if (as->batch_tail)
+        as->batch_tail->bnext = rq;
+    else
+        as->batch = rq;
+    as->batch_tail = rq;
+}
+
+/* A completion of a release (HREL): the hold goes. */
+void rs__aq_finish_hold(rs_async_t *as, rs_request_t *rq, int rc)
+{
+    rs_hold_t *hold = rq->hold;
+    rq->hold = NULL;
+    rs_handle_t *h = hold->obj;
+    rs__lease_unref(hold->lease);
+    free(hold);
+    atomic_fetch_sub(&h->nobj, 1);
+    rs__aq_complete(as, rq, rq->type == RQ_REL ? rc : ECANCELED, NULL);
+}
+
+void rs__aq_fail(rs_async_t *as, rs_request_t *rq, int rc)
+{
+    if (rq->op == OP_HREL)
+        rs__aq_finish_hold(as, rq, rc);
+    else if (rq->op == OP_REL)
+        rs__aq_complete(as, rq, rq->undo_rc ? rq->undo_rc : rc, NULL);
+    else
+        rs__aq_complete(as, rq, rc, NULL);
+}
+
+void rs__aq_want_send(rs_async_t *as, rs_request_t *rq, int op)
+{
+    rs__theap_del(&as->heap, &rq->tm);
+    rq->op = op;
+    rq->st = ST_SEND;
+    if (!rq->send_by_ns)
+        rq->send_by_ns = rs__now_ns() + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
+    if (!rq->in_send) {
+        rq->in_send = 1;
+        rs__aq_list_append(&as->sendq, &as->sendq_tail, rq);
+    }
+}
+
+void rs__aq_set_timer(rs_async_t *as, rs_request_t *rq, int st, uint64_t due)
+{
+    rq->st = st;
+    rs__theap_set(&as->heap, &rq->tm, due);
+}
+
+/* A grant for rq (fence, lease ttl_ms, from a call sent at sent_ns). */
+void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_ms,
+                    uint64_t sent_ns)
+{
+    if (atomic_load(&rq->cancel) || as->draining) {
+        rq->undo_rc = ECANCELED;
+        rs__aq_want_send(as, rq, OP_REL); /* the grant raced the cancel: give it back */
+        return;
+    }
+    rs_call_t k;
+    rs__aq_call(rq, &k);
+    rs_hold_t *hold;
+    if (rs__hold_new(&k, &hold) != 0) {
+        rq->undo_rc = ENOMEM;
+        rs__aq_want_send(as, rq, OP_REL);
+        return;
+    }
+    rs__hold_granted(&k, hold, fence, ttl_ms, sent_ns);
+    hold->obj = rq->h;
+    hold->count = rq->count ? rq->count : 1;
+    if (rq->zero_fence)
+        hold->fence = 0;
+    rq->counted = 0; /* the handle's count of it passes to the hold */
+    rs__aq_complete(as, rq, 0, hold);
+}
+
+/* A wake-up for rq, which waits (ST_WAIT). */
+void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg)
+{
+    rs_client_t *c = as->c;
+    if (rq->type == RQ_EVT) {
+        if (wake == RS_WAKE_MSG || wake == RS_WAKE_RETRY || wake == RS_WAKE_TIMEOUT)
+            rs__aq_want_send(as, rq, OP_GET);
+        return;
+    }
+    if (wake == RS_WAKE_MSG) {
+        char *end;
+        unsigned long long f = strtoull(msg, &end, 10);
+        if (end != msg && f > 0 && f > rq->fence_floor && !c->confirm_wakeups) {
+            uint64_t lower = rq->lower_ns;
+            if (rq->ql) {
+                uint64_t conf = rs__lease_confirmed_ns(c, rq->ql);
+                if (conf > lower)
+                    lower = conf;
+            }
+            rs_call_t k;
+            rs__aq_call(rq, &k);
+            rs__aq_granted(as, rq, f, atol(k.lease), lower);
+            return;
+        }
+    }
+    if (wake == RS_WAKE_MSG || wake == RS_WAKE_RETRY || wake == RS_WAKE_TIMEOUT)
+        rs__aq_want_send(as, rq, OP_ACQ);
+}
+
+void rs__aq_to_wait(rs_async_t *as, rs_request_t *rq, uint64_t until)
+{
+    rs__aq_set_timer(as, rq, ST_WAIT, until);
+    char msg[96];
+    int wake = rs__notify_take(as->c, &rq->w, msg, sizeof msg);
+    if (wake != RS_WAKE_NONE && wake != RS_WAKE_CANCEL)
+        rs__aq_woken(as, rq, wake, msg);
+}
+
+/* rq's deadline passed, or it is cancelled: leave the queue (a grant may show) or end. */
+void rs__aq_give_up(rs_async_t *as, rs_request_t *rq)
+{
+    if (rq->queued)
+        rs__aq_want_send(as, rq, OP_CANCEL);
+    else
+        rs__aq_complete(as, rq,
+                        atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT, NULL);
+}
+
+/* ----- one pass ------------------------------------------------------------------------ */
+
+static void start_request(rs_async_t *as, rs_request_t *rq)
+{
+    rs_client_t *c = as->c;
+    rq->tm.idx = -1;
+    rs__aq_live_add(as, rq);
+    if (rs__theap_reserve(&as->heap, as->nlive) != 0) {
+        rs__aq_complete(as, rq, ENOMEM, NULL);
+        return;
+    }
+    if (rq->type == RQ_REL) {
+        rs__watch_del(c, rq->hold->lease);
+        rq->lost = rs__lease_is_lost(c, rq->hold->lease);
+        rs__aq_want_send(as, rq, OP_HREL);
+        return;
+    }
+    if (rq->type == RQ_EVT)
+        rq->w.topic = rq->topic; /* every message on it wakes the request; no id */
+    else
+        snprintf(rq->w.id, sizeof rq->w.id, "%s", rq->acqid);
+    rq->w.on_wake = rs__aq_on_wake;
+    rq->w.arg = rq;
+    int rc = rs__notify_add(c, &rq->w);
+    if (rc) {
+        if (rc != ECANCELED)
+            rc = rs__fail(c, rc, "cannot start the notifier thread");
+        rs__aq_complete(as, rq, rc, NULL);
+        return;
+    }
+    rq->registered = 1;
+    if (rq->type == RQ_EVT) {
+        if (rs__notify_watch_add(c, rq->topic) != 0) {
+            rs__aq_complete(as, rq, rs__fail(c, ENOMEM, "out of memory"), NULL);
+            return;
+        }
+        rq->watching = 1;
+        rq->evstate = -1;
+    }
+    if (rq->try_only) {
+        rq->final = 1;
+        /* one attempt, no queue */
+        rs__aq_want_send(as, rq, rq->type == RQ_EVT ? OP_GET : OP_ACQ);
+        return;
+    }
+    /* queue only once the subscriber stands, in the order the requests came */
+    rq->sub_cut_ns = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+    rs__aq_list_append(&as->subq, &as->subq_tail, rq);
+    rs__aq_set_timer(as, rq, ST_SUB,
+                     rq->sub_cut_ns < rq->deadline_ns ? rq->sub_cut_ns : rq->deadline_ns);
+}
+
+/* Whether rq may start: the subscriber stands (for an event, its channel is confirmed). */
+static int sub_ready(rs_async_t *as, rs_request_t *rq, int client_ready)
+{
+    return rq->type == RQ_EVT ? client_ready && rs__notify_watch_ready(as->c, rq->topic)
+                              : client_ready;
+}
+
+static void subscribed_check(rs_async_t *as)
+{
+    if (!as->subq)
+        return;
+    int ready = rs__notify_ready(as->c);
+    if (!ready)
+        return;
+    char msg[96];
+    for (rs_request_t *rq = as->subq, *nx; rq; rq = nx) {
+        nx = rq->snext;
+        if (!sub_ready(as, rq, ready))
+            continue;
+        rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
+        rq->st = ST_NEW;
+        rs__notify_take(as->c, &rq->w, msg, sizeof msg); /* the confirmation's retry */
+        rs__aq_want_send(as, rq, rq->type == RQ_EVT ? OP_GET : OP_ACQ);
+    }
+}
+
+static void on_cancel(rs_async_t *as, rs_request_t *rq)
+{
+    switch (rq->st) {
+    case ST_UNDO: /* a grant dispatched no more: release it, then ECANCELED */
+        rq->tm.idx = -1;
+        rs__aq_live_add(as, rq);
+        rs__theap_reserve(&as->heap, as->nlive);
+        rs__watch_del(as->c, rq->hold->lease);
+        rq->lost = 1; /* a reply 0 is no news here */
+        rq->resent = 0;
+        rs__aq_want_send(as, rq, OP_HREL);
+        break;
+    case ST_SUB:
+        rs__aq_complete(as, rq, ECANCELED, NULL);
+        break;
+    case ST_WAIT:
+        rs__aq_give_up(as, rq);
+        break;
+    case ST_SEND:
+    case ST_DELAY:
+        if ((rq->op == OP_ACQ || rq->op == OP_GET) && !rq->queued && rq->type != RQ_REL)
+            rs__aq_complete(as, rq, ECANCELED, NULL);
+        else if (rq->op == OP_ACQ)
+            rs__aq_want_send(as, rq, OP_CANCEL);
+        break;
+    default: /* in flight: its reply sees the flag */
+        break;
+    }
+}
+
+static void on_timer(rs_async_t *as, rs_request_t *rq)
+{
+    uint64_t now = rs__now_ns();
+    if (rq->st == ST_DELAY) {
+        rs__aq_want_send(as, rq, rq->op);
+    } else if (rq->st == ST_SUB) {
+        if (now >= rq->deadline_ns) {
+            rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
+            rq->st = ST_NEW;
+            rs__aq_complete(as, rq, ETIMEDOUT, NULL);
+        } else if (sub_ready(as, rq, rs__notify_ready(as->c))) {
+            subscribed_check(as);
+        } else {
+            rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
+            rq->st = ST_NEW;
+            int rc = rs__fail(as->c, RS_ECONN, "cannot subscribe to wake-ups within %ld ms",
+                              as->c->timeout_ms);
+            rs__aq_complete(as, rq, rc, NULL);
+        }
+    } else if (rq->st == ST_WAIT && rq->type == RQ_EVT) {
+        rq->final = now >= rq->deadline_ns; /* a last check, then ETIMEDOUT */
+        rs__aq_want_send(as, rq, OP_GET);
+    } else if (rq->st == ST_WAIT) {
+        if (now >= rq->deadline_ns)
+            rs__aq_give_up(as, rq);
+        else
+            rs__aq_want_send(as, rq, OP_ACQ); /* the holder's lease ran out: a lost message? */
+    }
+}
+
+/* Publishes this pass's completions (under as->mu): a cancel that came meanwhile turns a
+ * grant into a release (kept for the next pass) and any other code into ECANCELED. */
+static void publish(rs_async_t *as)
+{
+    if (!as->batch)
+        return;
+    rs_request_t *undo = NULL;
+    pthread_mutex_lock(&as->mu);
+    int was_empty = as->done_head == NULL, added = 0;
+    for (rs_request_t *rq = as->batch, *nx; rq; rq = nx) {
+        nx = rq->bnext;
+        rq->bnext = NULL;
+        if (rq->in_woken) {
+            for (rs_request_t **p = &as->woken; *p; p = &(*p)->wnext)
+                if (*p == rq) {
+                    *p = rq->wnext;
+                    break;
+                }
+            rq->in_woken = 0;
+        }
+        if (rq->in_cancel) {
+            for (rs_request_t **p = &as->can; *p; p = &(*p)->cnext)
+                if (*p == rq) {
+                    *p = rq->cnext;
+                    break;
+                }
+            rq->in_cancel = 0;
+            if (rq->hold && rq->type == RQ_ACQ) {
+                rq->st = ST_UNDO;
+                rq->bnext = undo;
+                undo = rq;
+                continue;
+            }
+            if (rq->type == RQ_ACQ)
+                rq->rc = ECANCELED;
+        }
+        rq->pub = 1;
+        rq->next = NULL;
+        if (as->done_tail)
+            as->done_tail->next = rq;
+        else
+            as->done_head = rq;
+        as->done_tail = rq;
+        added = 1;
+    }
+    as->batch = as->batch_tail = NULL;
+    if (added && was_empty)
+        rs__aq_poke(as->efd);
+    pthread_mutex_unlock(&as->mu);
+    for (rs_request_t *rq = undo, *nx; rq; rq = nx) {
+        nx = rq->bnext;
+        on_cancel(as, rq);
+    }
+}
+
+static void pass(rs_async_t *as)
+{
+    pthread_mutex_lock(&as->mu);
+    rs_request_t *wk = as->woken, *sub = as->sub_head, *can = as->can;
+    as->woken = NULL;
+    as->sub_head = as->sub_tail = NULL;
+    as->can = NULL;
+    as->poked = 0;
+    int stop = as->stop;
+    for (rs_request_t *rq = wk; rq; rq = rq->wnext)
+        rq->in_woken = 0;
+    for (rs_request_t *rq = can; rq; rq = rq->cnext)
+        rq->in_cancel = 0;
+    pthread_mutex_unlock(&as->mu);
+
+    /* completions are published at the end of the pass: none of these is freed meanwhile */
+    char msg[96];
+    for (rs_request_t *rq = wk, *nx; rq; rq = nx) {
+        nx = rq->wnext;
+        if (rq->st != ST_WAIT)
+            continue; /* kept in w.wake: taken when it waits (rs__aq_to_wait) */
+        int wake = rs__notify_take(as->c, &rq->w, msg, sizeof msg);
+        if (wake != RS_WAKE_NONE && wake != RS_WAKE_CANCEL)
+            rs__aq_woken(as, rq, wake, msg);
+    }
+    for (rs_request_t *rq = sub, *nx; rq; rq = nx) {
+        nx = rq->next;
+        start_request(as, rq);
+    }
+    for (rs_request_t *rq = can, *nx; rq; rq = nx) {
+        nx = rq->cnext;
+        on_cancel(as, rq);
+    }
+    if (stop && !as->draining) {
+        /* closing: every acquisition leaves Redis' queue (a grant that raced is released),
+         * releases go on; at most timeout_ms more */
+        as->draining = 1;
+        as->drain_end_ns = rs__now_ns() + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
+        for (rs_request_t *rq = as->live, *nx; rq; rq = nx) {
+            nx = rq->anext;
+            if (rq->type != RQ_REL && rq->op != OP_REL)
+                on_cancel(as, rq);
+        }
+    }
+    subscribed_check(as);
+    uint64_t now = rs__now_ns();
+    for (rs_timer_t *t; (t = rs__theap_top(&as->heap)) && t->due_ns <= now;) {
+        rs_request_t *rq = (rs_request_t *)((char *)t - offsetof(rs_request_t, tm));
+        rs__theap_del(&as->heap, t);
+        if (as->draining && rq->st != ST_DELAY)
+            rs__aq_give_up(as, rq);
+        else
+            on_timer(as, rq);
+    }
+    rs__aq_flush(as);
+    publish(as);
+}
+
+void *rs__aq_main(void *arg)
+{
+    rs_async_t *as = arg;
+    for (;;) {
+        pass(as);
+        if (as->draining && (as->nlive == 0 || rs__now_ns() >= as->drain_end_ns))
+            break;
+        uint64_t now = rs__now_ns(), due = RS_NO_DEADLINE;
+        rs_timer_t *t = rs__theap_top(&as->heap);
+        if (t)
+            due = t->due_ns;
+        if (as->sendq && !as->ctx && as->next_dial_ns < due)
+            due = as->next_dial_ns;
+        if (as->draining && as->drain_end_ns < due)
+            due = as->drain_end_ns;
+        uint64_t stall = as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
+        if (as->ctx && as->rcount > 0 && stall < due)
+            due = stall;
+        int timeout = -1;
+        if (as->sendq && as->ctx)
+            timeout = 0;
+        else if (due != RS_NO_DEADLINE)
+            timeout = due <= now ? 0 : (int)((due - now + RS_NS_PER_MS - 1) / RS_NS_PER_MS);
+        if (timeout > 1000)
+            timeout = 1000;
+        struct pollfd p[2] = {{as->wfd, POLLIN, 0}, {as->ctx ? as->ctx->fd : -1, POLLIN, 0}};
+        if (as->ctx && rs__tp_pending(as->ctx))
+            timeout = 0;
+        int n = poll(p, 2, timeout);
+        if (n < 0 && errno != EINTR)
+            rs__sleep_ns(RS_NS_PER_MS);
+        if (p[0].revents)
+            rs__aq_drain(as->wfd);
+        if (as->ctx && (p[1].revents || rs__tp_pending(as->ctx)))
+            rs__aq_read(as);
+        if (as->ctx && as->rcount > 0 &&
+            rs__now_ns() >= as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS) {
+            /* replies owed and none for timeout_ms: a stalled server or a silent network */
+            rs__log(as->c, RS_LOG_WARN, "event-loop connection: no reply for %ld ms; "
+                    "reconnecting", as->c->timeout_ms);
+            rs__aq_conn_broken(as);
+        }
+        publish(as);
+    }
+    /* what is left gets ECANCELED (an acquisition's entry expires with its queue lease) */
+    while (as->live) {
+        rs_request_t *rq = as->live;
+        if (rq->op == OP_HREL && rq->st != ST_NEW)
+            rs__aq_finish_hold(as, rq, rs__fail(as->c, RS_ECONN, "Redis unreachable while "
+                                                "closing"));
+        else
+            rs__aq_complete(as, rq, ECANCELED, NULL);
+    }
+    publish(as);
+    if (as->ctx)
+        rs__ctx_free(as->ctx);
+    as->ctx = NULL;
+    return NULL;
+}
+

@@ -1,0 +1,154 @@
+/*
+ * internal_async.h - the event-loop API's core (lib/timerheap.c, lib/async.c): what the
+ * primitives call to start a non-blocking acquisition, and what client.c calls at close.
+ * Part of internal.h, which includes it after handle.c's types; include that.
+ */
+#ifndef RS_INTERNAL_H
+#error "include internal.h, not internal_async.h"
+#endif
+
+/* ----- timerheap.c ------------------------------------------------------------------- */
+/* A binary min-heap of timers by due time: the deadlines and retry naps of every pending
+ * request of a client, in one structure (no timer or thread per request). A timer embeds in
+ * its owner; idx is its place in the heap (-1: not in it). */
+typedef struct rs_timer {
+    uint64_t due_ns;
+    int idx;
+} rs_timer_t;
+typedef struct rs_theap {
+    rs_timer_t **v;
+    int n, cap;
+} rs_theap_t;
+/* Room for n timers in all: 0 or ENOMEM (so that rs__theap_set never fails after it). */
+int rs__theap_reserve(rs_theap_t *h, int n);
+/* Inserts t due at due_ns, or moves it there if it is in the heap already (room reserved). */
+void rs__theap_set(rs_theap_t *h, rs_timer_t *t, uint64_t due_ns);
+void rs__theap_del(rs_theap_t *h, rs_timer_t *t);
+rs_timer_t *rs__theap_top(const rs_theap_t *h); /* the earliest, NULL if empty */
+void rs__theap_free(rs_theap_t *h);
+
+/* ----- async.c ----------------------------------------------------------------------- */
+/* How a primitive's _async call differs from the generic acquisition. */
+typedef struct rs_async_opts {
+    unsigned count;  /* the hold's count (a semaphore's permits); 0: 1 */
+    int zero_fence;  /* a read hold: fence 0 */
+    int busy_rc;     /* what a past deadline that found it busy returns: EBUSY or EAGAIN */
+} rs_async_opts_t;
+/* Starts an acquisition of k (rs__call_init_object and extras done) without blocking: 0
+ * and *req set, done to come from rs_client_dispatch; or an error at once (EINVAL, ENOMEM,
+ * ENOTSUP, RS_EFORK, ECANCELED) and done never called. Called between rs__enter and
+ * rs__leave. */
+int rs__async_acquire(rs_call_t *k, const struct timespec *abstime, const rs_async_opts_t *o,
+                      rs_done_fn *done, void *arg, rs_request_t **req);
+/* An event to wait for (a latch opening), announced on a channel: op is the script op that
+ * checks it; decode reads its reply: 0 happened, 1 not yet, or -error; *state is the
+ * request's own memory between checks (starts at -1). It is checked once the channel is
+ * subscribed, after every message on it, and every recheck_ms (rs__async_event's). */
+typedef struct rs_async_event {
+    const char *op;
+    int (*decode)(rs_client_t *c, const redisReply *r, long long *state);
+} rs_async_event_t;
+/* Waits for ev on channel topic (which must live as long as k's handle) without blocking:
+ * done(0, NULL, arg) when it happened; errors as rs__async_acquire. */
+int rs__async_event(rs_call_t *k, const char *topic, const rs_async_event_t *ev,
+                    long recheck_ms, const struct timespec *abstime, rs_done_fn *done, void *arg,
+                    rs_request_t **req);
+/* ----- async.c, async_req.c, async_wire.c: shared by the three files only ------------- */
+enum { RQ_ACQ, RQ_REL, RQ_EVT };
+enum { ST_NEW, ST_SUB, ST_SEND, ST_FLIGHT, ST_WAIT, ST_DELAY, ST_FIN, ST_UNDO };
+enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
+/* REL: undo a grant; HREL: release a hold; GET: check an event (RQ_EVT) */
+
+#define EXTRA_LEN 24
+
+struct rs_request {
+    struct rs_async *as;
+    int type;
+    rs_handle_t *h;
+    uint64_t owner_no;
+    char acqid[RS_ACQID_MAX];
+    unsigned char nextra, zero_fence, try_only, counted;
+    char extra[RS_CALL_EXTRA_MAX][EXTRA_LEN];
+    unsigned count;
+    int busy_rc;
+    rs_done_fn *done;
+    void *arg;
+    uint64_t deadline_ns, sub_cut_ns;
+    const rs_async_event_t *ev; /* RQ_EVT: what is waited for, on channel topic */
+    const char *topic;
+    long long evstate;
+    long recheck_ms;
+    int watching, final;
+    /* the I/O thread's */
+    int st, op, queued, registered, resent, lost, in_send, undo_rc;
+    uint64_t fence_floor, sent_ns, lower_ns, send_by_ns;
+    rs_timer_t tm;
+    rs_lease_t *ql;
+    rs_waiter_t w;
+    struct rs_request *snext;          /* send queue or subscriber queue */
+    struct rs_request *anext, *aprev;  /* live requests */
+    struct rs_request *bnext;          /* this pass's completions */
+    /* under as->mu */
+    atomic_int cancel;
+    int pub, in_woken, in_cancel, rc;
+    rs_hold_t *hold;
+    struct rs_request *next;  /* submit list, then completion list */
+    struct rs_request *wnext; /* woken list */
+    struct rs_request *cnext; /* cancel list */
+};
+
+typedef struct rs_async {
+    rs_client_t *c;
+    pthread_mutex_t mu;
+    int efd, wfd;
+    pthread_t thread;
+    int started, stop;
+    int poked;                 /* wfd written since the thread last took the lists */
+    rs_request_t *sub_head, *sub_tail, *woken, *can, *done_head, *done_tail;
+    /* the I/O thread's */
+    rs_theap_t heap;
+    int nlive;
+    rs_request_t *live, *sendq, *sendq_tail, *subq, *subq_tail, *batch, *batch_tail;
+    redisContext *ctx;
+    rs_request_t **ring;       /* requests whose replies are owed, in order (NULL: SCRIPT LOAD) */
+    size_t rhead, rcount, rcap;
+    uint64_t progress_ns;      /* replies are owed: the last one came (or the first was
+                                  asked for) then; timeout_ms without one is a stall */
+    uint64_t next_dial_ns, drain_end_ns;
+    int draining;
+} rs_async_t;
+
+void rs__aq_poke(int fd);
+void rs__aq_drain(int fd);
+void rs__aq_call(const rs_request_t *rq, rs_call_t *k); /* rq's call, rebuilt */
+void rs__aq_on_wake(rs_waiter_t *w);                    /* the callback waiter's wake-up */
+/* async_req.c: the request lists, and the transitions */
+void rs__aq_list_remove(rs_request_t **head, rs_request_t **tail, rs_request_t *rq);
+void rs__aq_list_append(rs_request_t **head, rs_request_t **tail, rs_request_t *rq);
+void rs__aq_live_add(rs_async_t *as, rs_request_t *rq);
+void rs__aq_live_del(rs_async_t *as, rs_request_t *rq);
+void rs__aq_drop_queue_lease(rs_client_t *c, rs_request_t *rq);
+/* Ends rq on the I/O thread; published at the end of the pass. */
+void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold);
+void rs__aq_finish_hold(rs_async_t *as, rs_request_t *rq, int rc); /* a release ended */
+void rs__aq_fail(rs_async_t *as, rs_request_t *rq, int rc);
+void rs__aq_want_send(rs_async_t *as, rs_request_t *rq, int op);
+void rs__aq_set_timer(rs_async_t *as, rs_request_t *rq, int st, uint64_t due);
+void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_ms,
+                    uint64_t sent_ns);
+void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg);
+void rs__aq_to_wait(rs_async_t *as, rs_request_t *rq, uint64_t until);
+void rs__aq_give_up(rs_async_t *as, rs_request_t *rq);
+void *rs__aq_main(void *arg); /* the I/O thread */
+/* async_wire.c */
+void rs__aq_conn_broken(rs_async_t *as);
+void rs__aq_flush(rs_async_t *as); /* dials if need be, sends the send queue */
+void rs__aq_read(rs_async_t *as);  /* reads and handles the replies that arrived */
+
+/* rs_client_close: stops the I/O thread after leaving Redis' queues (pending requests are
+ * cancelled there, grants that raced are released); rs__async_finish, after the holds are
+ * released, runs every completion still queued (pending ones get ECANCELED) and frees it
+ * all. rs__async_forget: a fork child's close (frees without threads or callbacks). */
+void rs__async_stop(rs_client_t *c);
+void rs__async_finish(rs_client_t *c);
+void rs__async_forget(rs_client_t *c);

@@ -1,0 +1,231 @@
+/*
+ * test_async_modes.c - the event-loop API beyond one server (issue 16).
+ *
+ *   sentinel_failover   redis-sentinel://: requests pending on a held mutex while the
+ *                       sentinel fails the master over to its replica; the I/O thread
+ *                       follows the new master (READONLY / reconnect), every request
+ *                       completes exactly once and is granted, grants never overlap
+ *   refused_modes       redlock:// and min_replicas > 0: ENOTSUP at the call with the
+ *                       reason, done never called, the hold left alone by release_async
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "redis_server.h"
+#include "redisync.h"
+#include "sentinel.h"
+#include "test_assert.h"
+#include "test_util.h"
+
+TestSuite(async_modes, .timeout = 120);
+
+#define MASTER_NAME "mymaster"
+#define N 40
+
+typedef struct tally {
+    int ran, ok, errs, last_rc, overlap;
+    uint64_t last_fence;
+    int each[N];
+} tally_t;
+
+typedef struct treq {
+    tally_t *t;
+    int i;
+} treq_t;
+
+static void done_cb(int rc, rs_hold_t *hold, void *arg)
+{
+    treq_t *r = arg;
+    tally_t *t = r->t;
+    t->ran++;
+    t->each[r->i]++;
+    if (rc) {
+        t->errs++;
+        t->last_rc = rc;
+        return;
+    }
+    t->ok++;
+    /* the holds come one after the other (each is released before the next done runs, on
+     * this thread): each token must be above the last, or two grants coexisted */
+    uint64_t f = rs_hold_fence(hold);
+    if (f <= t->last_fence)
+        t->overlap++;
+    t->last_fence = f;
+    rs_hold_release(hold);
+}
+
+static int is_replica(const ts_server_t *s)
+{
+    redisContext *c = ts_connect(s);
+    if (!c)
+        return 0;
+    redisReply *r = redisCommand(c, "ROLE");
+    int yes = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+              r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "slave") == 0;
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    return yes;
+}
+
+static int loop_until(rs_client_t *c, const int *count, int want, long timeout_ms)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, rs_client_fd(c), &ev), 0);
+    long long end = tu_mono_ms() + timeout_ms;
+    while (*count < want && tu_mono_ms() < end) {
+        struct epoll_event got;
+        if (epoll_wait(ep, &got, 1, 50) > 0)
+            rs_client_dispatch(c);
+    }
+    rs_client_dispatch(c);
+    close(ep);
+    return *count >= want;
+}
+
+Test(async_modes, sentinel_failover)
+{
+    ts_server_t master, replica, sent;
+    cr_assert_eq(ts_server_start(&master, "--repl-diskless-sync-delay", "0", NULL), 0);
+    char mp[16];
+    snprintf(mp, sizeof mp, "%d", master.port);
+    cr_assert_eq(ts_server_start(&replica, "--replicaof", "127.0.0.1", mp,
+                                 "--repl-diskless-sync-delay", "0", NULL), 0);
+    cr_assert_eq(ts_wait_replica_up(&replica, 15000), 0);
+    cr_assert_eq(ts_wait_replicas_online(&master, 1, 15000), 0);
+    cr_assert_eq(ts_sentinel_start(&sent, MASTER_NAME, master.port, 1, 1000, 5000), 0);
+    char url[512];
+    snprintf(url, sizeof url, "redis-sentinel://%s127.0.0.1:%d/%s", ts_deploy_userinfo(),
+             sent.port, MASTER_NAME);
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = url;
+    cfg.lease_ms = 3000;
+    cfg.timeout_ms = 8000;
+    rs_client_t *c, *holder;
+    cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    cr_assert_eq(rs_client_open(&holder, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    rs_mutex_t *m, *hm;
+    cr_assert_eq(rs_mutex_init(&m, c, "fo"), 0);
+    cr_assert_eq(rs_mutex_init(&hm, holder, "fo"), 0);
+    rs_hold_t *h;
+    cr_assert_eq(rs_mutex_acquire(hm, NULL, &h), 0, "%s", rs_client_lasterror(holder));
+
+    static tally_t t;
+    memset(&t, 0, sizeof t);
+    static treq_t r[N];
+    rs_request_t *req;
+    for (int i = 0; i < N; i++) {
+        r[i].t = &t;
+        r[i].i = i;
+        cr_assert_eq(rs_mutex_acquire_async(m, NULL, done_cb, &r[i], &req), 0, "%s",
+                     rs_client_lasterror(c));
+    }
+    long long end = tu_mono_ms() + 10000;
+    while (ts_cmd_int(&master, "ZCARD rs:{fo}:mutex:q") < N && tu_mono_ms() < end)
+        tu_sleep_ms(20);
+    cr_assert_eq(ts_cmd_int(&master, "ZCARD rs:{fo}:mutex:q"), N, "not all queued");
+    cr_assert_eq(ts_cmd_int(&master, "WAIT 1 5000"), 1, "the replica has not caught up");
+
+    char reply[128] = "";
+    end = tu_mono_ms() + 20000;
+    while (tu_mono_ms() < end) {
+        if (ts_cmd_str(&sent, reply, sizeof reply, "SENTINEL FAILOVER %s", MASTER_NAME) &&
+            strcmp(reply, "OK") == 0)
+            break;
+        tu_sleep_ms(100);
+    }
+    cr_assert_str_eq(reply, "OK", "SENTINEL FAILOVER: %s", reply);
+    end = tu_mono_ms() + 20000;
+    while (ts_sentinel_master_port(&sent, MASTER_NAME) != replica.port && tu_mono_ms() < end)
+        tu_sleep_ms(20);
+    cr_assert_eq(ts_sentinel_master_port(&sent, MASTER_NAME), replica.port);
+    /* until the old master is demoted it still takes writes (Redis' failover window, the
+     * same for the blocking calls): release on the new one */
+    end = tu_mono_ms() + 30000;
+    while (!is_replica(&master) && tu_mono_ms() < end)
+        tu_sleep_ms(50);
+    cr_assert(is_replica(&master), "the old master was never demoted");
+    int rc = rs_hold_release(h);
+    cr_expect(rc == 0 || rc == RS_ELOST, "release: %d %s", rc, rs_client_lasterror(holder));
+    cr_assert(loop_until(c, &t.ran, N, 60000), "ran %d of %d (ok %d errors %d, last %s)",
+              t.ran, N, t.ok, t.errs, rs_strerror(t.last_rc));
+    for (int i = 0; i < N; i++)
+        cr_expect_eq(t.each[i], 1, "request %d ran %d times", i, t.each[i]);
+    cr_expect_eq(t.ok, N, "ok %d errors %d (last %s)", t.ok, t.errs, rs_strerror(t.last_rc));
+    cr_expect_eq(t.overlap, 0);
+    long long left = ts_cmd_int(&replica, "ZCARD rs:{fo}:mutex:q");
+    char what[256] = "";
+    if (left)
+        ts_cmd_str(&replica, what, sizeof what, "ZRANGE rs:{fo}:mutex:q 0 0 WITHSCORES");
+    char keys[512] = "";
+    ts_cmd_str(&replica, keys, sizeof keys, "HGETALL rs:{fo}:mutex");
+    cr_expect_eq(left, 0, "%lld entries left on the new master: %s (lock: %s)", left, what,
+                 keys);
+    rs_mutex_destroy(m);
+    rs_mutex_destroy(hm);
+    rs_client_close(holder);
+    rs_client_close(c);
+    ts_server_stop(&sent);
+    ts_server_stop(&replica);
+    ts_server_stop(&master);
+}
+
+static int never_ran;
+
+static void never(int rc, rs_hold_t *hold, void *arg)
+{
+    (void)rc, (void)hold, (void)arg;
+    never_ran++;
+}
+
+Test(async_modes, refused_modes)
+{
+    ts_server_t s[3];
+    for (int i = 0; i < 3; i++)
+        tu_start_server(&s[i]);
+    char url[512];
+    ts_redlock_url(url, sizeof url, s, 3);
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = url;
+    rs_client_t *c;
+    cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    rs_mutex_t *m;
+    cr_assert_eq(rs_mutex_init(&m, c, "rl"), 0);
+    rs_request_t *req;
+    cr_expect_eq(rs_mutex_acquire_async(m, NULL, never, NULL, &req), ENOTSUP);
+    cr_expect(strstr(rs_client_lasterror(c), "redlock") != NULL, "%s", rs_client_lasterror(c));
+    cr_expect_null(req);
+    rs_hold_t *h;
+    cr_assert_eq(rs_mutex_acquire(m, NULL, &h), 0, "%s", rs_client_lasterror(c));
+    cr_expect_eq(rs_hold_release_async(h, never, NULL), ENOTSUP);
+    cr_expect_eq(rs_hold_lost(h), 0, "the hold was left alone");
+    cr_expect_eq(rs_hold_release(h), 0);
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+
+    rs_config_init(&cfg);
+    cfg.url = s[0].url;
+    cfg.min_replicas = 1;
+    cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    cr_assert_eq(rs_mutex_init(&m, c, "mr"), 0);
+    cr_expect_eq(rs_mutex_acquire_async(m, NULL, never, NULL, &req), ENOTSUP);
+    cr_expect(strstr(rs_client_lasterror(c), "min_replicas") != NULL, "%s",
+              rs_client_lasterror(c));
+    tu_sleep_ms(100);
+    cr_expect_eq(rs_client_dispatch(c), 0);
+    cr_expect_eq(never_ran, 0);
+    rs_mutex_destroy(m);
+    rs_client_close(c);
+    for (int i = 0; i < 3; i++)
+        ts_server_stop(&s[i]);
+}
