@@ -233,6 +233,7 @@ static void call_init(rs_call_t *k, rs_handle_t *h, const char *acqid, uint64_t 
     snprintf(k->maxw, sizeof k->maxw, "%u", h->c->max_waiters);
     k->nextra = 0;
     k->rl_ticket = k->rl_seen = 0;
+    k->rl_attempt = 0;
     k->rl_recheck_ms = 0;
     /* keys 1..: the main key, ':', the suffix (rs__handle_init checked that they fit) */
     size_t off = 0;

@@ -501,6 +501,7 @@ typedef struct rs_call {
      * (the client's wall clock in us when it began), the fencing counter its last busy
      * answer showed, and how long it sleeps before it checks again without a wake-up */
     uint64_t rl_ticket, rl_seen;
+    unsigned rl_attempt; /* Redlock: the acquisition's rounds so far (mutex.lua ARGV[11]) */
     long rl_recheck_ms;
     uint64_t owner_no; /* the owner: the calling thread's number, or a hold object's own */
 } rs_call_t;

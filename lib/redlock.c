@@ -166,6 +166,13 @@ static void release_on(rs_call_t *k, unsigned mask)
         return;
     rs_argv_t v;
     rs__call_argv(k, "rel", "u", &v); /* an undo: wakes nobody (mutex.lua) */
+    if (k->nextra == 0) {
+        /* of this attempt only: sent on a connection that may be dropped before it arrives,
+         * it must not free a later attempt's grant (mutex.lua, ARGV[11]) */
+        rs__argv_ref(&v, "", 0);
+        rs__argv_ref(&v, "", 0);
+        rs__argv_fmt(&v, "%u", k->rl_attempt);
+    }
     redisReply *rep[RS_SEEDS_MAX] = {0};
     rs__rl_round(c, k->h->script, k->h->nkeys, &v, mask, round_ms(c, atol(k->lease)), rep);
     for (int i = 0; i < c->ep.nseeds; i++)
@@ -192,8 +199,12 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         memset(out, 0, sizeof *out);
         rs_argv_t v;
         rs__call_argv(k, op, mode, &v);
-        if (k->nextra == 0)
+        k->rl_attempt++;
+        if (k->nextra == 0) {
             rs__argv_fmt(&v, "%llu", (unsigned long long)k->rl_ticket); /* ARGV[9] */
+            rs__argv_ref(&v, "", 0);                                   /* ARGV[10] */
+            rs__argv_fmt(&v, "%u", k->rl_attempt);                     /* ARGV[11] */
+        }
         redisReply *rep[RS_SEEDS_MAX] = {0};
         out->sent_ns = rs__now_ns();
         long left = rs__rl_ms_left(end), budget = round_ms(c, lease);

@@ -255,3 +255,51 @@ Test(redlock_script, lapsed_reservation)
     expect_grant(&w, "pc", "1", "tr", "30");
     stop(&w);
 }
+
+/* One Redlock call with the attempt's number (ARGV[11]) as lib/redlock.c sends it: acq with
+ * the ticket as ARGV[9], the undo ("rel" "ur") with ARGV[9] and ARGV[10] empty. The reply's
+ * first integer. */
+static long long attempt_call(world_t *w, const char *op, const char *owner, const char *id,
+                              const char *mode, const char *ticket, const char *attempt)
+{
+    char tok[32], acq[64];
+    snprintf(tok, sizeof tok, "tok-%s", owner);
+    snprintf(acq, sizeof acq, "%s:%s.secret", owner, id);
+    const char *argv[20] = {"EVALSHA", w->sha, "4", w->key[0], w->key[1], w->key[2], w->key[3],
+                            op, tok, acq, "60000", "rs:client:", mode, "100", "60000",
+                            ticket, "", attempt};
+    redisReply *r = redisCommandArgv(w->k, 18, argv, NULL);
+    cr_assert(r, "connection error");
+    cr_assert_neq(r->type, REDIS_REPLY_ERROR, "%s %s: %s", op, acq, r->str);
+    long long v = first(r);
+    freeReplyObject(r);
+    return v;
+}
+
+/* An attempt that got no quorum undoes its grants; its undo may travel on a connection that
+ * is then dropped and arrive after the next attempt of the same acquisition was granted on
+ * another connection (make test-network, net-rl-slowloss: holds found gone at release).
+ * The undo carries its attempt's number and leaves a later attempt's grant alone. */
+Test(redlock_script, late_undo_spares_a_later_attempt)
+{
+    world_t w;
+    start(&w);
+    cr_expect_eq(attempt_call(&w, "acq", "pa", "1", "qr", "10", "1"), 1, "attempt 1");
+    cr_expect_eq(attempt_call(&w, "rel", "pa", "1", "ur", "", "1"), 1, "attempt 1's undo");
+    cr_expect_eq(attempt_call(&w, "acq", "pa", "1", "qr", "10", "2"), 1, "attempt 2");
+    /* attempt 1's undo again, late: attempt 2's grant stays */
+    cr_expect_eq(attempt_call(&w, "rel", "pa", "1", "ur", "", "1"), 0,
+                 "a late undo of attempt 1 freed attempt 2's grant");
+    expect_busy(&w, "pb", "1", "tr", "20");
+    /* attempt 3 finds it granted to its id (attempt 2's grant, whose reply was late): it is
+     * attempt 3's now, and attempt 2's undo leaves it */
+    cr_expect_eq(attempt_call(&w, "acq", "pa", "1", "qr", "10", "3"), 1, "attempt 3");
+    cr_expect_eq(attempt_call(&w, "rel", "pa", "1", "ur", "", "2"), 0,
+                 "attempt 2's undo freed attempt 3's grant");
+    expect_busy(&w, "pb", "1", "tr", "20");
+    /* its own undo frees it, and leaves no stamp behind */
+    cr_expect_eq(attempt_call(&w, "rel", "pa", "1", "ur", "", "3"), 1, "attempt 3's undo");
+    cr_expect_eq(ts_cmd_int(&w.s, "HEXISTS %s u", w.key[0]), 0, "the stamp outlived the hold");
+    expect_grant(&w, "pb", "1", "tr", "20");
+    stop(&w);
+}

@@ -31,6 +31,11 @@
 -- ARGV[10] (renew, rel; Redlock) the holder's fencing token: the fencing counter is raised to
 --         it, so that the next holder's quorum, which shares a master with this one's, gets a
 --         larger token (docs/deployments.md, "Fencing under Redlock")
+-- ARGV[11] (acq, rel "ur"; Redlock) the attempt's number within its acquisition: an acq that
+--         grants, or finds the lock granted to its id, writes it into the hold ('u'); an undo
+--         removes the hold only when 'u' is its own number. A late undo of an earlier attempt
+--         (sent on a connection since dropped, so overtaken by a later attempt on another)
+--         then leaves the later attempt's grant alone instead of silently freeing it.
 --
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
@@ -67,7 +72,7 @@ local redlock = string.sub(mode, 2, 2) == 'r'
 -- loss, for the rest of the lease and at least 10 s. One write that frees memory and
 -- allocates none (a release never fails under noeviction), instead of three.
 local function release_free()
-  redis.call('HDEL', KEYS[1], 'o', 'n', 'e')
+  redis.call('HDEL', KEYS[1], 'o', 'n', 'e', 'u')
   if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], 10000) end
 end
 
@@ -185,6 +190,12 @@ end
 
 local tokhash = redis.sha1hex(ARGV[2])
 
+-- Redlock: the attempt's number (ARGV[11]), or nil
+local attempt = redlock and ARGV[11] ~= '' and ARGV[11] or nil
+local function stamp()
+  if attempt then redis.call('HSET', KEYS[1], 'u', attempt) end
+end
+
 if op == 'renew' then
   local h = redis.call('HMGET', KEYS[1], 'o', 'a')
   if h[1] == tokhash and h[2] == ARGV[3] then
@@ -210,12 +221,17 @@ h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
 
 if op == 'acq' then
   if h[1] == tokhash then
-    if h[2] == ARGV[3] then return {1, hold_fence(), redis.call('PTTL', KEYS[1])} end
+    if h[2] == ARGV[3] then
+      stamp()
+      return {1, hold_fence(), redis.call('PTTL', KEYS[1])}
+    end
     local m1 = string.sub(mode, 1, 1)
     if m1 ~= 'Q' and m1 ~= 'T' then return {-1} end
     -- the orphan becomes this acquisition's hold, with a fresh token and lease
     local _, now_us = clock()
-    return {1, grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h)), tonumber(ARGV[4])}
+    local f = grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h))
+    stamp()
+    return {1, f, tonumber(ARGV[4])}
   end
   local now_ms, now_us = clock()
   local reserved -- Redlock: ms left of a reservation for another waiter (wake_head)
@@ -233,6 +249,7 @@ if op == 'acq' then
       redis.call('ZCARD', KEYS[3])
       redis.call('HLEN', KEYS[4])
       local f = grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h))
+      stamp()
       if w[1] then redis.call('HDEL', KEYS[1], 'w', 'x') end
       return {1, f, tonumber(ARGV[4])}
     end
@@ -265,6 +282,10 @@ if op == 'rel' then
     drop(ARGV[3])
   end
   if h[1] == tokhash and h[2] == ARGV[3] and redlock then
+    if string.sub(mode, 1, 1) == 'u' and attempt and
+       redis.call('HGET', KEYS[1], 'u') ~= attempt then
+      return 0 -- a later attempt of this acquisition was granted here since: not ours to undo
+    end
     release_free()
     raise_fence()
     -- an undone grant (mode "u": no quorum granted it) wakes nobody and keeps its queue
