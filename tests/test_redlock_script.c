@@ -291,9 +291,13 @@ Test(redlock_script, late_undo_spares_a_later_attempt)
     cr_expect_eq(attempt_call(&w, "rel", "pa", "1", "ur", "", "1"), 0,
                  "a late undo of attempt 1 freed attempt 2's grant");
     expect_busy(&w, "pb", "1", "tr", "20");
-    /* attempt 3 finds it granted to its id (attempt 2's grant, whose reply was late): it is
-     * attempt 3's now, and attempt 2's undo leaves it */
+    /* attempt 3 finds it granted to its id (attempt 2's grant, whose reply was late, with
+     * little of its lease left): it is attempt 3's now, with a whole lease, and attempt 2's
+     * undo leaves it */
+    cr_assert_eq(ts_cmd_int(&w.s, "PEXPIRE %s 500", w.key[0]), 1);
     cr_expect_eq(attempt_call(&w, "acq", "pa", "1", "qr", "10", "3"), 1, "attempt 3");
+    long long pttl = ts_cmd_int(&w.s, "PTTL %s", w.key[0]);
+    cr_expect_gt(pttl, 50000, "a re-grant kept the earlier grant's %lld ms", pttl);
     cr_expect_eq(attempt_call(&w, "rel", "pa", "1", "ur", "", "2"), 0,
                  "attempt 2's undo freed attempt 3's grant");
     expect_busy(&w, "pb", "1", "tr", "20");

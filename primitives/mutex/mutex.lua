@@ -222,7 +222,14 @@ h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
 if op == 'acq' then
   if h[1] == tokhash then
     if h[2] == ARGV[3] then
-      stamp()
+      if redlock then
+        -- an earlier attempt's grant whose reply was lost or late: this attempt's now, with
+        -- a whole lease (left as it was, its few ms left would expire before the renewal
+        -- crosses a slow link, and the quorum with it)
+        stamp()
+        redis.call('PEXPIRE', KEYS[1], ARGV[4])
+        return {1, hold_fence(), tonumber(ARGV[4])}
+      end
       return {1, hold_fence(), redis.call('PTTL', KEYS[1])}
     end
     local m1 = string.sub(mode, 1, 1)
