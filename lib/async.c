@@ -180,8 +180,10 @@ static int submit(rs_client_t *c, rs_request_t *rq)
     return 0;
 }
 
-int rs__async_acquire(rs_call_t *k, const struct timespec *abstime, const rs_async_opts_t *o,
-                      rs_done_fn *done, void *arg, rs_request_t **req)
+/* The checks every request call makes, then a request of type for k's acquisition, not yet
+ * submitted: 0 and *out, or the error (nothing allocated). */
+static int request_new(rs_call_t *k, int type, const char *what, const struct timespec *abstime,
+                       rs_done_fn *done, void *arg, rs_request_t **req, rs_request_t **out)
 {
     rs_client_t *c = k->h->c;
     if (req)
@@ -190,30 +192,35 @@ int rs__async_acquire(rs_call_t *k, const struct timespec *abstime, const rs_asy
         return rs__fail(c, EINVAL, "%s is NULL", done ? "req" : "done");
     uint64_t deadline = RS_NO_DEADLINE;
     int rc = abstime ? rs__deadline_from(c, abstime, &deadline) : 0;
-    if (rc || (rc = mode_refused(c, "acquire_async")) != 0)
+    if (rc || (rc = mode_refused(c, what)) != 0)
         return rc;
     rs_request_t *rq = calloc(1, sizeof *rq);
     if (!rq)
         return rs__fail(c, ENOMEM, "out of memory");
-    rq->type = RQ_ACQ;
+    rq->type = type;
     rq->h = k->h;
     rq->owner_no = k->owner_no;
     memcpy(rq->acqid, k->acqid, k->acqlen + 1);
     rq->nextra = (unsigned char)k->nextra;
     for (int i = 0; i < k->nextra; i++)
         snprintf(rq->extra[i], EXTRA_LEN, "%s", k->extra[i]);
-    rq->count = o ? o->count : 0;
-    rq->zero_fence = o ? (unsigned char)o->zero_fence : 0;
-    rq->busy_rc = o && o->busy_rc ? o->busy_rc : EBUSY;
     rq->done = done;
     rq->arg = arg;
     rq->deadline_ns = deadline;
     rq->try_only = deadline <= rs__now_ns();
     rq->counted = 1;
     rq->tm.idx = -1;
-    atomic_fetch_add(&k->h->nobj, 1); /* the handle is not destroyed under it */
-    if ((rc = submit(c, rq)) != 0) {
-        atomic_fetch_sub(&k->h->nobj, 1);
+    *out = rq;
+    return 0;
+}
+
+/* Submits rq, made by request_new: on 0 the caller's *req is rq. */
+static int request_submit(rs_client_t *c, rs_request_t *rq, rs_request_t **req)
+{
+    atomic_fetch_add(&rq->h->nobj, 1); /* the handle (and a topic) outlive the request */
+    int rc = submit(c, rq);
+    if (rc != 0) {
+        atomic_fetch_sub(&rq->h->nobj, 1);
         free(rq);
         return rc;
     }
@@ -221,46 +228,31 @@ int rs__async_acquire(rs_call_t *k, const struct timespec *abstime, const rs_asy
     return 0;
 }
 
+int rs__async_acquire(rs_call_t *k, const struct timespec *abstime, const rs_async_opts_t *o,
+                      rs_done_fn *done, void *arg, rs_request_t **req)
+{
+    rs_request_t *rq;
+    int rc = request_new(k, RQ_ACQ, "acquire_async", abstime, done, arg, req, &rq);
+    if (rc)
+        return rc;
+    rq->count = o ? o->count : 0;
+    rq->zero_fence = o ? (unsigned char)o->zero_fence : 0;
+    rq->busy_rc = o && o->busy_rc ? o->busy_rc : EBUSY;
+    return request_submit(k->h->c, rq, req);
+}
+
 int rs__async_event(rs_call_t *k, const char *topic, const rs_async_event_t *ev,
                     long recheck_ms, const struct timespec *abstime, rs_done_fn *done, void *arg,
                     rs_request_t **req)
 {
-    rs_client_t *c = k->h->c;
-    if (req)
-        *req = NULL;
-    if (!done || !req)
-        return rs__fail(c, EINVAL, "%s is NULL", done ? "req" : "done");
-    uint64_t deadline = RS_NO_DEADLINE;
-    int rc = abstime ? rs__deadline_from(c, abstime, &deadline) : 0;
-    if (rc || (rc = mode_refused(c, "wait_async")) != 0)
+    rs_request_t *rq;
+    int rc = request_new(k, RQ_EVT, "wait_async", abstime, done, arg, req, &rq);
+    if (rc)
         return rc;
-    rs_request_t *rq = calloc(1, sizeof *rq);
-    if (!rq)
-        return rs__fail(c, ENOMEM, "out of memory");
-    rq->type = RQ_EVT;
-    rq->h = k->h;
-    rq->owner_no = k->owner_no;
-    memcpy(rq->acqid, k->acqid, k->acqlen + 1);
-    rq->nextra = (unsigned char)k->nextra;
-    for (int i = 0; i < k->nextra; i++)
-        snprintf(rq->extra[i], EXTRA_LEN, "%s", k->extra[i]);
     rq->ev = ev;
     rq->recheck_ms = recheck_ms > 0 ? recheck_ms : 1;
     rq->topic = topic;
-    rq->done = done;
-    rq->arg = arg;
-    rq->deadline_ns = deadline;
-    rq->try_only = deadline <= rs__now_ns();
-    rq->counted = 1;
-    rq->tm.idx = -1;
-    atomic_fetch_add(&k->h->nobj, 1); /* the handle (and topic) outlive the request */
-    if ((rc = submit(c, rq)) != 0) {
-        atomic_fetch_sub(&k->h->nobj, 1);
-        free(rq);
-        return rc;
-    }
-    *req = rq;
-    return 0;
+    return request_submit(k->h->c, rq, req);
 }
 
 RS_API int rs_hold_release_async(rs_hold_t *hold, rs_done_fn *done, void *arg)

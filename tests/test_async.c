@@ -56,32 +56,13 @@
 #include "redisync.h"
 #include "test_assert.h"
 #include "test_util.h"
+#include "test_async.h"
 
 TestSuite(async, .timeout = 120);
 
 /* ---- an epoll loop on rs_client_fd ----------------------------------------------------- */
 
 /* Runs the loop until *count >= want or timeout_ms passed: 1 if reached. */
-static int loop_until(rs_client_t *c, const int *count, int want, long timeout_ms)
-{
-    int fd = rs_client_fd(c);
-    cr_assert_geq(fd, 0, "%s", rs_client_lasterror(c));
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    cr_assert_geq(ep, 0);
-    struct epoll_event ev = {.events = EPOLLIN};
-    cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev), 0);
-    long long end = tu_mono_ms() + timeout_ms;
-    while (*count < want && tu_mono_ms() < end) {
-        struct epoll_event got;
-        int n = epoll_wait(ep, &got, 1, 50);
-        if (n > 0)
-            rs_client_dispatch(c);
-    }
-    rs_client_dispatch(c);
-    close(ep);
-    return *count >= want;
-}
-
 static int threads_now(void)
 {
     DIR *d = opendir("/proc/self/task");
@@ -423,36 +404,6 @@ Test(async, cancel_races_grant)
 
 #define NFAIL 100
 
-typedef struct flt {
-    int ran, ok, errs, overlap, ran_each[NFAIL], last_rc;
-    uint64_t last_fence;
-} flt_t;
-
-typedef struct flt_req {
-    flt_t *t;
-    int i;
-} flt_req_t;
-
-static void flt_done(int rc, rs_hold_t *hold, void *arg)
-{
-    flt_req_t *r = arg;
-    flt_t *t = r->t;
-    t->ran++;
-    t->ran_each[r->i]++;
-    if (rc) {
-        t->errs++;
-        t->last_rc = rc;
-        return;
-    }
-    t->ok++;
-    /* the holds come one after the other (each is released before the next done runs, on
-     * this thread): each token must be above the last, or two grants coexisted */
-    uint64_t f = rs_hold_fence(hold);
-    if (f <= t->last_fence)
-        t->overlap++;
-    t->last_fence = f;
-    rs_hold_release(hold);
-}
 
 static void failure_run(int restart)
 {
@@ -465,14 +416,14 @@ static void failure_run(int restart)
     cr_assert_eq(rs_mutex_init(&m2, c2, "flt"), 0);
     rs_hold_t *h;
     cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0);
-    static flt_t t;
+    static tally_t t;
     memset(&t, 0, sizeof t);
-    static flt_req_t r[NFAIL];
+    static treq_t r[NFAIL];
     rs_request_t *req;
     for (int i = 0; i < NFAIL; i++) {
         r[i].t = &t;
         r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, flt_done, &r[i], &req), 0);
+        cr_assert_eq(rs_mutex_acquire_async(m, NULL, tally_done, &r[i], &req), 0);
     }
     cr_assert(tu_wait_zcard(&s, "mutex", "flt", NFAIL, 10000));
     if (restart) {
@@ -487,7 +438,7 @@ static void failure_run(int restart)
     cr_assert(loop_until(c, &t.ran, NFAIL, 60000), "ran %d of %d (ok %d, errors %d, last %d)",
               t.ran, NFAIL, t.ok, t.errs, t.last_rc);
     for (int i = 0; i < NFAIL; i++)
-        cr_expect_eq(t.ran_each[i], 1, "request %d ran %d times", i, t.ran_each[i]);
+        cr_expect_eq(t.each[i], 1, "request %d ran %d times", i, t.each[i]);
     cr_expect_eq(t.ok, NFAIL, "ok %d errors %d (last %d: %s)", t.ok, t.errs, t.last_rc,
                  rs_strerror(t.last_rc));
     cr_expect_eq(t.overlap, 0);

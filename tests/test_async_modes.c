@@ -23,43 +23,13 @@
 #include "sentinel.h"
 #include "test_assert.h"
 #include "test_util.h"
+#include "test_async.h"
 
 TestSuite(async_modes, .timeout = 120);
 
 #define MASTER_NAME "mymaster"
 #define N 40
 
-typedef struct tally {
-    int ran, ok, errs, last_rc, overlap;
-    uint64_t last_fence;
-    int each[N];
-} tally_t;
-
-typedef struct treq {
-    tally_t *t;
-    int i;
-} treq_t;
-
-static void done_cb(int rc, rs_hold_t *hold, void *arg)
-{
-    treq_t *r = arg;
-    tally_t *t = r->t;
-    t->ran++;
-    t->each[r->i]++;
-    if (rc) {
-        t->errs++;
-        t->last_rc = rc;
-        return;
-    }
-    t->ok++;
-    /* the holds come one after the other (each is released before the next done runs, on
-     * this thread): each token must be above the last, or two grants coexisted */
-    uint64_t f = rs_hold_fence(hold);
-    if (f <= t->last_fence)
-        t->overlap++;
-    t->last_fence = f;
-    rs_hold_release(hold);
-}
 
 static int is_replica(const ts_server_t *s)
 {
@@ -73,22 +43,6 @@ static int is_replica(const ts_server_t *s)
         freeReplyObject(r);
     redisFree(c);
     return yes;
-}
-
-static int loop_until(rs_client_t *c, const int *count, int want, long timeout_ms)
-{
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN};
-    cr_assert_eq(epoll_ctl(ep, EPOLL_CTL_ADD, rs_client_fd(c), &ev), 0);
-    long long end = tu_mono_ms() + timeout_ms;
-    while (*count < want && tu_mono_ms() < end) {
-        struct epoll_event got;
-        if (epoll_wait(ep, &got, 1, 50) > 0)
-            rs_client_dispatch(c);
-    }
-    rs_client_dispatch(c);
-    close(ep);
-    return *count >= want;
 }
 
 Test(async_modes, sentinel_failover)
@@ -126,7 +80,7 @@ Test(async_modes, sentinel_failover)
     for (int i = 0; i < N; i++) {
         r[i].t = &t;
         r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, done_cb, &r[i], &req), 0, "%s",
+        cr_assert_eq(rs_mutex_acquire_async(m, NULL, tally_done, &r[i], &req), 0, "%s",
                      rs_client_lasterror(c));
     }
     long long end = tu_mono_ms() + 10000;
