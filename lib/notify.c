@@ -500,14 +500,7 @@ void rs__notify_msg(rs_client_t *c, rs_waiter_t *w, char *buf, size_t len)
 
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w)
 {
-    pthread_mutex_lock(&c->nt.mu);
-    if (w->prev)
-        w->prev->next = w->next;
-    else if (c->nt.head == w)
-        c->nt.head = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    pthread_mutex_unlock(&c->nt.mu);
+    rs__notify_remove(c, w);
     pthread_cond_destroy(&w->cv);
 }
 
