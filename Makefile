@@ -103,6 +103,9 @@ HIREDIS_LIBS     := $(shell $(PKG_CONFIG) --libs hiredis 2>/dev/null || echo -lh
 # OpenSSL 3 (libssl-dev): the TLS transport (lib/transport.c).
 SSL_CFLAGS       := $(shell $(PKG_CONFIG) --cflags openssl 2>/dev/null)
 SSL_LIBS         := $(shell $(PKG_CONFIG) --libs openssl 2>/dev/null || echo -lssl -lcrypto)
+# libuv (libuv1-dev): examples/uv_lock.c alone.
+LIBUV_CFLAGS     := $(shell $(PKG_CONFIG) --cflags libuv 2>/dev/null)
+LIBUV_LIBS       := $(shell $(PKG_CONFIG) --libs libuv 2>/dev/null || echo -luv)
 CRITERION_CFLAGS := $(shell $(PKG_CONFIG) --cflags criterion 2>/dev/null)
 CRITERION_LIBS   := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || echo -lcriterion)
 
@@ -276,7 +279,11 @@ $(OBJ)/tools/cli/%.o: tools/cli/%.c
 
 $(OBJ)/examples/%.o: examples/%.c
 	@mkdir -p $(@D)
-	$(COMPILE_PUBLIC) -c $< -o $@
+	$(COMPILE_PUBLIC) $(EXAMPLE_CFLAGS) -c $< -o $@
+
+# An example that needs a library of its own gets its flags here (empty for the others).
+$(OBJ)/examples/uv_lock.o: EXAMPLE_CFLAGS = $(LIBUV_CFLAGS)
+$(BUILDDIR)/examples/uv_lock: EXAMPLE_LIBS = $(LIBUV_LIBS)
 
 -include $(LIB_OBJS:.o=.d) $(TEST_OBJS:.o=.d) $(SUPPORT_OBJS:.o=.d) $(BENCH_OBJS:.o=.d) \
          $(DEMO_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(EXAMPLE_OBJS:.o=.d)
@@ -319,7 +326,7 @@ $(CLI_BIN): $(CLI_OBJS) $(LIB_A)
 
 $(EXAMPLE_BINS): $(BUILDDIR)/examples/%: $(OBJ)/examples/%.o $(LIB_A)
 	@mkdir -p $(@D)
-	$(LINK_PROG) -o $@ $< $(PROG_LIBS)
+	$(LINK_PROG) -o $@ $< $(PROG_LIBS) $(EXAMPLE_LIBS)
 
 # ---- install -----------------------------------------------------------------------------
 # redisync.pc is written straight from redisync.pc.in at install time, so it always carries

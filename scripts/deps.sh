@@ -26,6 +26,9 @@ PKGS="$PKGS clang libclang-rt-14-dev valgrind"
 # iproute2 (ip netns), iptables, libnetfilter-queue-dev (build/redisync-delayq): the network
 # fault suite, make test-network (mk/network.mk).
 PKGS="$PKGS iproute2 iptables libnetfilter-queue-dev"
+# libuv1-dev: examples/uv_lock.c, the libuv example of the event-loop API (make examples,
+# run by make test).
+PKGS="$PKGS libuv1-dev"
 # Not here: gnuplot-nox, which only the benchmarks' charts use (make bench, bench-cluster,
 # bench-peers): bench/deps.sh adds it through RS_EXTRA_PKGS, so make test and .ci/run do
 # not need it.

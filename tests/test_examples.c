@@ -122,3 +122,8 @@ Test(examples, epoll_server, .fini = fini)
 {
     run_example("epoll_server");
 }
+
+Test(examples, uv_lock, .fini = fini)
+{
+    run_example("uv_lock");
+}
