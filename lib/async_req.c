@@ -432,16 +432,22 @@ static void pass(rs_async_t *as)
     as->can = NULL;
     as->poked = 0;
     int stop = as->stop;
-    for (rs_request_t *rq = wk; rq; rq = rq->wnext)
+    /* once in_woken/in_cancel is 0 a wake-up or a cancel may link rq again (wnext, cnext):
+     * the pass walks private copies of the links, made here under the lock */
+    for (rs_request_t *rq = wk; rq; rq = rq->wnext) {
         rq->in_woken = 0;
-    for (rs_request_t *rq = can; rq; rq = rq->cnext)
+        rq->pwnext = rq->wnext;
+    }
+    for (rs_request_t *rq = can; rq; rq = rq->cnext) {
         rq->in_cancel = 0;
+        rq->pcnext = rq->cnext;
+    }
     pthread_mutex_unlock(&as->mu);
 
     /* completions are published at the end of the pass: none of these is freed meanwhile */
     char msg[96];
     for (rs_request_t *rq = wk, *nx; rq; rq = nx) {
-        nx = rq->wnext;
+        nx = rq->pwnext;
         if (rq->st != ST_WAIT)
             continue; /* kept in w.wake: taken when it waits (rs__aq_to_wait) */
         int wake = rs__notify_take(as->c, &rq->w, msg, sizeof msg);
@@ -453,7 +459,7 @@ static void pass(rs_async_t *as)
         start_request(as, rq);
     }
     for (rs_request_t *rq = can, *nx; rq; rq = nx) {
-        nx = rq->cnext;
+        nx = rq->pcnext;
         on_cancel(as, rq);
     }
     if (stop && !as->draining) {

@@ -88,6 +88,9 @@ struct rs_request {
     struct rs_request *snext;          /* send queue or subscriber queue */
     struct rs_request *anext, *aprev;  /* live requests */
     struct rs_request *bnext;          /* this pass's completions */
+    struct rs_request *pwnext, *pcnext; /* this pass's copies of the woken and cancel lists:
+                                           wnext/cnext may be relinked (under as->mu) as
+                                           soon as the pass has taken them */
     /* under as->mu */
     atomic_int cancel;
     int pub, in_woken, in_cancel, rc;
