@@ -6,6 +6,8 @@
 #ifndef RS_TEST_ASYNC_H
 #define RS_TEST_ASYNC_H
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -69,6 +71,58 @@ static inline void tally_done(int rc, rs_hold_t *hold, void *arg)
         t->overlap++;
     t->last_fence = f;
     rs_hold_release(hold);
+}
+
+/* One request's completion, as one_done saw it (g_inside: set by a test around an _async
+ * call; done must not run inside it) */
+typedef struct one {
+    int ran, rc;
+    rs_hold_t *hold;
+    pthread_t thread;
+    int inside; /* set around the _async call: done must not run then */
+} one_t;
+
+static int g_inside;
+
+static inline void one_done(int rc, rs_hold_t *hold, void *arg)
+{
+    one_t *o = arg;
+    o->ran++;
+    o->rc = rc;
+    o->hold = hold;
+    o->thread = pthread_self();
+    o->inside = g_inside;
+}
+
+/* Many requests' completions by kind, with when each ran */
+typedef struct many {
+    int ran, ok, timedout, canceled, other;
+    int ran_each[256];
+    long long at_ms[256];
+} many_t;
+
+typedef struct many_req {
+    many_t *t;
+    int i;
+} many_req_t;
+
+static inline void many_done(int rc, rs_hold_t *hold, void *arg)
+{
+    many_req_t *r = arg;
+    many_t *t = r->t;
+    t->ran++;
+    t->ran_each[r->i]++;
+    t->at_ms[r->i] = tu_mono_ms();
+    if (rc == 0) {
+        t->ok++;
+        rs_hold_release(hold);
+    } else if (rc == ETIMEDOUT) {
+        t->timedout++;
+    } else if (rc == ECANCELED) {
+        t->canceled++;
+    } else {
+        t->other++;
+    }
 }
 
 #endif
