@@ -554,24 +554,35 @@ void rs__notify_stop(rs_client_t *c)
     }
 }
 
+/* A reference to channel's watch (nt.mu held), made and subscribed if it is new; NULL when
+ * out of memory. */
+static struct rs_watch *watch_ref_locked(rs_client_t *c, const char *channel)
+{
+    struct rs_watch *w = watch_find(c, channel);
+    if (w) {
+        w->refs++;
+        return w;
+    }
+    w = calloc(1, sizeof *w);
+    if (!w || !(w->channel = strdup(channel))) {
+        free(w);
+        return NULL;
+    }
+    w->refs = 1;
+    w->next = c->nt.watches;
+    c->nt.watches = w;
+    write_raw(c, "SUBSCRIBE", channel);
+    return w;
+}
+
 int rs__notify_watch(rs_client_t *c, const char *channel)
 {
     int rc = 0;
     pthread_mutex_lock(&c->nt.mu);
-    struct rs_watch *w = watch_find(c, channel);
-    if (w) {
-        w->refs++;
-    } else {
-        w = calloc(1, sizeof *w);
-        if (!w || !(w->channel = strdup(channel))) {
-            free(w);
-            pthread_mutex_unlock(&c->nt.mu);
-            return rs__fail(c, ENOMEM, "out of memory");
-        }
-        w->refs = 1;
-        w->next = c->nt.watches;
-        c->nt.watches = w;
-        write_raw(c, "SUBSCRIBE", channel);
+    struct rs_watch *w = watch_ref_locked(c, channel);
+    if (!w) {
+        pthread_mutex_unlock(&c->nt.mu);
+        return rs__fail(c, ENOMEM, "out of memory");
     }
     /* a message published before the confirmation would be missed: wait for it */
     uint64_t until = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
@@ -599,23 +610,9 @@ int rs__notify_watch(rs_client_t *c, const char *channel)
 int rs__notify_watch_add(rs_client_t *c, const char *channel)
 {
     pthread_mutex_lock(&c->nt.mu);
-    struct rs_watch *w = watch_find(c, channel);
-    if (w) {
-        w->refs++;
-    } else {
-        w = calloc(1, sizeof *w);
-        if (!w || !(w->channel = strdup(channel))) {
-            free(w);
-            pthread_mutex_unlock(&c->nt.mu);
-            return ENOMEM;
-        }
-        w->refs = 1;
-        w->next = c->nt.watches;
-        c->nt.watches = w;
-        write_raw(c, "SUBSCRIBE", channel);
-    }
+    struct rs_watch *w = watch_ref_locked(c, channel);
     pthread_mutex_unlock(&c->nt.mu);
-    return 0;
+    return w ? 0 : ENOMEM;
 }
 
 int rs__notify_watch_ready(rs_client_t *c, const char *channel)
