@@ -104,9 +104,10 @@ static rs_async_t *get_as(rs_client_t *c, int create)
 
 void rs__aq_call(const rs_request_t *rq, rs_call_t *k)
 {
-    rs__call_init_owner(k, rq->h, rq->acqid, rq->owner_no);
-    for (int i = 0; i < rq->nextra; i++)
-        rs__call_extra(k, rq->extra[i]);
+    rs__call_init_owner(k, rq->h, rq->str, rq->owner_no);
+    const char *e = rq->str + strlen(rq->str) + 1;
+    for (int i = 0; i < rq->nextra; i++, e += strlen(e) + 1)
+        rs__call_extra(k, e);
 }
 
 void rs__aq_on_wake(rs_waiter_t *w)
@@ -194,16 +195,24 @@ static int request_new(rs_call_t *k, int type, const char *what, const struct ti
     int rc = abstime ? rs__deadline_from(c, abstime, &deadline) : 0;
     if (rc || (rc = mode_refused(c, what)) != 0)
         return rc;
-    rs_request_t *rq = calloc(1, sizeof *rq);
+    size_t len = sizeof(rs_request_t) + k->acqlen + 1;
+    for (int i = 0; i < k->nextra; i++)
+        len += strlen(k->extra[i]) + 1;
+    rs_request_t *rq = calloc(1, len);
     if (!rq)
         return rs__fail(c, ENOMEM, "out of memory");
     rq->type = type;
     rq->h = k->h;
     rq->owner_no = k->owner_no;
-    memcpy(rq->acqid, k->acqid, k->acqlen + 1);
+    char *p = rq->str;
+    memcpy(p, k->acqid, k->acqlen + 1);
+    p += k->acqlen + 1;
     rq->nextra = (unsigned char)k->nextra;
-    for (int i = 0; i < k->nextra; i++)
-        snprintf(rq->extra[i], EXTRA_LEN, "%s", k->extra[i]);
+    for (int i = 0; i < k->nextra; i++) {
+        size_t n = strlen(k->extra[i]) + 1;
+        memcpy(p, k->extra[i], n);
+        p += n;
+    }
     rq->done = done;
     rq->arg = arg;
     rq->deadline_ns = deadline;
@@ -272,7 +281,7 @@ RS_API int rs_hold_release_async(rs_hold_t *hold, rs_done_fn *done, void *arg)
     if (rc)
         return rc;
     if ((rc = mode_refused(c, "rs_hold_release_async")) == 0) {
-        rs_request_t *rq = calloc(1, sizeof *rq);
+        rs_request_t *rq = calloc(1, sizeof *rq + 1); /* no acquisition id: str "" */
         if (!rq) {
             rc = rs__fail(c, ENOMEM, "out of memory");
         } else {

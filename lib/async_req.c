@@ -214,7 +214,7 @@ void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg)
 void rs__aq_to_wait(rs_async_t *as, rs_request_t *rq, uint64_t until)
 {
     rs__aq_set_timer(as, rq, ST_WAIT, until);
-    char msg[96];
+    char msg[RS_WAKE_MSG_MAX];
     int wake = rs__notify_take(as->c, &rq->w, msg, sizeof msg);
     if (wake != RS_WAKE_NONE && wake != RS_WAKE_CANCEL)
         rs__aq_woken(as, rq, wake, msg);
@@ -247,10 +247,12 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
         rs__aq_want_send(as, rq, OP_HREL);
         return;
     }
-    if (rq->type == RQ_EVT)
+    if (rq->type == RQ_EVT) {
         rq->w.topic = rq->topic; /* every message on it wakes the request; no id */
-    else
-        snprintf(rq->w.id, sizeof rq->w.id, "%s", rq->acqid);
+        rq->w.id = "";
+    } else {
+        rq->w.id = rq->str; /* the acquisition id, in the request's block */
+    }
     rq->w.on_wake = rs__aq_on_wake;
     rq->w.arg = rq;
     int rc = rs__notify_add(c, &rq->w);
@@ -276,10 +278,9 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
         return;
     }
     /* queue only once the subscriber stands, in the order the requests came */
-    rq->sub_cut_ns = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+    uint64_t sub_cut = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
     rs__aq_list_append(&as->subq, &as->subq_tail, rq);
-    rs__aq_set_timer(as, rq, ST_SUB,
-                     rq->sub_cut_ns < rq->deadline_ns ? rq->sub_cut_ns : rq->deadline_ns);
+    rs__aq_set_timer(as, rq, ST_SUB, sub_cut < rq->deadline_ns ? sub_cut : rq->deadline_ns);
 }
 
 /* Whether rq may start: the subscriber stands (for an event, its channel is confirmed). */
@@ -296,7 +297,7 @@ static void subscribed_check(rs_async_t *as)
     int ready = rs__notify_ready(as->c);
     if (!ready)
         return;
-    char msg[96];
+    char msg[RS_WAKE_MSG_MAX];
     for (rs_request_t *rq = as->subq, *nx; rq; rq = nx) {
         nx = rq->snext;
         if (!sub_ready(as, rq, ready))
@@ -445,7 +446,7 @@ static void pass(rs_async_t *as)
     pthread_mutex_unlock(&as->mu);
 
     /* completions are published at the end of the pass: none of these is freed meanwhile */
-    char msg[96];
+    char msg[RS_WAKE_MSG_MAX];
     for (rs_request_t *rq = wk, *nx; rq; rq = nx) {
         nx = rq->pwnext;
         if (rq->st != ST_WAIT)

@@ -73,11 +73,12 @@ void rs__aq_conn_broken(rs_async_t *as)
 static void append_op(rs_async_t *as, rs_request_t *rq)
 {
     rs_call_t k;
+    rs_lease_scratch_t ls;
     rs_argv_t args, cmd;
     const rs_script_t *s;
     int nkeys;
     if (rq->op == OP_HREL) {
-        rs__lease_argv(rq->hold->lease, rq->hold->lease->release_op, &args);
+        rs__lease_argv(rq->hold->lease, rq->hold->lease->release_op, &ls, &args);
         s = rq->hold->lease->script;
         nkeys = rq->hold->lease->nkeys;
     } else {
@@ -230,7 +231,7 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
     }
     if (at.queued && (!rq->ql || rs__lease_is_lost(c, rq->ql))) {
         rs__aq_drop_queue_lease(c, rq);
-        rq->ql = rs__call_lease(&k, "qrenew", NULL);
+        rq->ql = rs__call_lease_built(&k, "qrenew", NULL);
         if (rq->ql) {
             rq->ql->waiter = &rq->w;
             rs__watch_add(c, rq->ql, rq->sent_ns, rq->ql->lease_ms);

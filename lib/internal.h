@@ -165,19 +165,25 @@ void rs__hold_unlink(rs_hold_t **list, rs_hold_t *h);
  * 1 renewed, 0 gone, 2 granted to this waiter meanwhile); rs_client_close runs release_op
  * with them for every hold still registered. */
 struct rs_waiter;
+struct rs_lease_scratch; /* room to rebuild a lease's call in (defined after rs_call_t) */
+/* A built lease's call, rebuilt on demand from l->src: keys, op, arguments (no fence). */
+typedef void rs_lease_build_fn(const rs_lease_t *l, const char *op, struct rs_lease_scratch *s,
+                               rs_argv_t *out);
 struct rs_lease {
     /* immutable after rs__lease_new */
     rs_client_t *c;
     const rs_script_t *script;
     int nkeys;
-    struct {                 /* op placeholder, keys, then arguments: v and len point into
-                                store, as does every v[i] (one allocation, sized to fit:
-                                leases are what a pending request or hold costs) */
+    struct {                 /* a copied lease: op placeholder, keys, then arguments; v and
+                                len point into the lease's own block, as does every v[i] (one
+                                allocation, sized to fit: leases are what a pending request
+                                or hold costs). n is 0 in a built lease */
         int n;
         const char **v;
         size_t *len;
     } args;
-    char *store;
+    rs_lease_build_fn *build; /* a built lease (rs__lease_new_built): no copy of the call */
+    const void *src;          /* its builder's data, in the lease's block */
     const char *renew_op, *release_op;
     long lease_ms;
     struct rs_waiter *waiter; /* set for queue entries */
@@ -196,13 +202,22 @@ struct rs_lease {
     rs_lease_t *prev, *next;
 };
 /* args (keys, then the arguments after the op) are copied; kind must be static. The lease
- * starts with one reference, the caller's. NULL on ENOMEM. */
+ * starts with one reference, the caller's. NULL on ENOMEM. One allocation. */
 rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                           const char *renew_op, const char *release_op, long lease_ms,
                           const char *kind, const char *name, size_t namelen);
+/* The same without a copy of the call: build rebuilds it from srclen bytes of src (copied
+ * into the lease's block, 8-byte aligned) each time it is sent. One allocation. */
+rs_lease_t *rs__lease_new_built(rs_client_t *c, const rs_script_t *s, int nkeys,
+                                rs_lease_build_fn *build, const void *src, size_t srclen,
+                                const char *renew_op, const char *release_op, long lease_ms,
+                                const char *kind, const char *name, size_t namelen);
 /* The lease's call with op: keys, op, arguments (and under Redlock, when l->fence is set,
- * "" and the fence as ARGV[9] and ARGV[10]). */
-void rs__lease_argv(const rs_lease_t *l, const char *op, rs_argv_t *out);
+ * "" and the fence as ARGV[9] and ARGV[10]). out may point into *s, which must outlive it. */
+void rs__lease_argv(const rs_lease_t *l, const char *op, struct rs_lease_scratch *s,
+                    rs_argv_t *out);
+/* The lease's first key (its primitive's main key; out may point into *s). */
+const char *rs__lease_key(const rs_lease_t *l, struct rs_lease_scratch *s, size_t *len);
 /* Runs the lease's script with op (e.g. its release_op) through rs__eval; under Redlock on
  * every master (rs__rl_lease_int), with *out NULL. */
 int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out);
@@ -222,6 +237,17 @@ int rs__lease_is_lost(rs_client_t *c, rs_lease_t *l);
 void rs__lease_set_lost(rs_client_t *c, rs_lease_t *l);
 long rs__lease_remaining_ms(rs_client_t *c, rs_lease_t *l);
 void rs__watchdog_stop(rs_client_t *c);
+/* The watchdog's counters since the client opened (bench/async/async.c shows that a round
+ * is one pipelined round trip): rounds, renewals sent, write batches (a batch: every
+ * command of a round written before its first reply is read; a reload after NOSCRIPT adds
+ * one), the last round's duration. Rounds on one connection (single server, Sentinel; per
+ * node under Cluster); Redlock's rounds (rlround.c) are not counted. */
+typedef struct rs_wd_stats {
+    atomic_ulong rounds, renewals, batches;
+    _Atomic uint64_t last_round_ns;
+} rs_wd_stats_t;
+void rs__watchdog_stats(rs_client_t *c, unsigned long *rounds, unsigned long *renewals,
+                        unsigned long *batches, uint64_t *last_round_ns);
 void rs__watchdog_forget(rs_client_t *c); /* in a fork child: free without the thread */
 /* Drift allowance subtracted from every local deadline. */
 uint64_t rs__drift_ns(long lease_ms);
@@ -232,13 +258,17 @@ uint64_t rs__drift_ns(long lease_ms);
 #define RS_WAKE_RETRY 2   /* try again now (subscriber reconnected, entry renewal said so) */
 #define RS_WAKE_TIMEOUT 3 /* the sleep bound passed */
 #define RS_WAKE_CANCEL 4  /* the client is closing */
+/* A wake-up's details, after the acquisition id: a fence or a count (at most 20 digits),
+ * "retry", "s", "b"; a topic's payload, a number. Longer ones are cut (and rechecked). */
+#define RS_WAKE_MSG_MAX 32
 typedef struct rs_waiter {
-    char id[RS_ACQID_MAX];   /* acquisition id: messages on the client channel */
+    const char *id;          /* acquisition id: messages on the client channel (the caller's
+                                string, alive while w is registered; "" for none) */
     const char *topic;       /* or a watched channel: every message on it wakes this waiter */
     struct rs_shard *shard;  /* the sharded channel it also listens on (notify_shard.c) */
     pthread_cond_t cv;
     int wake;
-    char msg[96];
+    char msg[RS_WAKE_MSG_MAX];
     struct rs_waiter *prev, *next;
     /* A callback waiter (lib/async.c): called instead of signalling cv, with nt.mu held
      * (and maybe the watchdog's wd.mu): it must only hand the wake-up on, never block. */
@@ -505,6 +535,11 @@ typedef struct rs_call {
     long rl_recheck_ms;
     uint64_t owner_no; /* the owner: the calling thread's number, or a hold object's own */
 } rs_call_t;
+/* Where a built lease's call is rebuilt (rs__lease_argv): a view of its handle and a call. */
+typedef struct rs_lease_scratch {
+    rs_handle_t view;
+    rs_call_t k;
+} rs_lease_scratch_t;
 /* acqid NULL: a fresh acquisition id; else the id of an existing hold. The owner is the
  * calling thread. */
 void rs__call_init(rs_call_t *k, rs_handle_t *h, const char *acqid);
@@ -522,6 +557,11 @@ void rs__call_extra(rs_call_t *k, const char *arg);
 void rs__call_argv(const rs_call_t *k, const char *op, const char *mode, rs_argv_t *v);
 int rs__call_run(const rs_call_t *k, const char *op, const char *mode, redisReply **out);
 rs_lease_t *rs__call_lease(const rs_call_t *k, const char *renew_op, const char *release_op);
+/* The same as a built lease (rs__lease_new_built): it keeps the main key, the acquisition
+ * id, the owner and the extras (not the call) and rebuilds the call at each renewal, with
+ * mode "q" as rs__call_lease; what a queue entry of lib/async.c costs. */
+rs_lease_t *rs__call_lease_built(const rs_call_t *k, const char *renew_op,
+                                 const char *release_op);
 /* The two halves of a granted acquisition, for a grant made outside rs__acquire (the
  * multilock's one-script path): rs__hold_new allocates the hold and its lease before Redis
  * is asked (a grant never meets ENOMEM); rs__hold_granted records the grant (fence, lease

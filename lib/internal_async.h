@@ -59,30 +59,25 @@ enum { ST_NEW, ST_SUB, ST_SEND, ST_FLIGHT, ST_WAIT, ST_DELAY, ST_FIN, ST_UNDO };
 enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
 /* REL: undo a grant; HREL: release a hold; GET: check an event (RQ_EVT) */
 
-#define EXTRA_LEN 24
-
+/* One allocation, sized to fit (what a pending request costs: bench/async/async.c): the
+ * record, then its strings (the acquisition id, then each extra argument). */
 struct rs_request {
     struct rs_async *as;
-    int type;
     rs_handle_t *h;
     uint64_t owner_no;
-    char acqid[RS_ACQID_MAX];
-    unsigned char nextra, zero_fence, try_only, counted;
-    char extra[RS_CALL_EXTRA_MAX][EXTRA_LEN];
-    unsigned count;
-    int busy_rc;
     rs_done_fn *done;
     void *arg;
-    uint64_t deadline_ns, sub_cut_ns;
+    uint64_t deadline_ns;
     const rs_async_event_t *ev; /* RQ_EVT: what is waited for, on channel topic */
     const char *topic;
     long long evstate;
     long recheck_ms;
-    int watching, final;
+    unsigned count;
+    int busy_rc;
     /* the I/O thread's */
-    int st, op, queued, registered, resent, lost, in_send, undo_rc;
-    uint64_t fence_floor, sent_ns, lower_ns, send_by_ns;
+    int undo_rc;
     rs_timer_t tm;
+    uint64_t fence_floor, sent_ns, lower_ns, send_by_ns;
     rs_lease_t *ql;
     rs_waiter_t w;
     struct rs_request *snext;          /* send queue or subscriber queue */
@@ -92,12 +87,19 @@ struct rs_request {
                                            wnext/cnext may be relinked (under as->mu) as
                                            soon as the pass has taken them */
     /* under as->mu */
-    atomic_int cancel;
-    int pub, in_woken, in_cancel, rc;
     rs_hold_t *hold;
     struct rs_request *next;  /* submit list, then completion list */
     struct rs_request *wnext; /* woken list */
     struct rs_request *cnext; /* cancel list */
+    int rc;
+    atomic_int cancel;
+    /* small fields, one byte each (distinct bytes: those under as->mu and the I/O thread's
+     * never share a memory location) */
+    unsigned char type, nextra, zero_fence, try_only;
+    unsigned char counted, watching, final;                 /* the I/O thread's */
+    unsigned char st, op, queued, registered, resent, lost, in_send;
+    unsigned char pub, in_woken, in_cancel;                 /* under as->mu */
+    char str[];               /* acqid, then nextra extras: each NUL-terminated */
 };
 
 typedef struct rs_async {

@@ -104,6 +104,7 @@ struct rs_client {
         _Atomic uint64_t rec_until_ns; /* the holder record (record.c) is alive until then
                                           as far as known; 0: to be written */
         uint64_t rec_retry_ns; /* no early round to write it before this (one a lease) */
+        rs_wd_stats_t st;      /* counters (rs__watchdog_stats) */
     } wd;
 
     /* notifier (notify.c) */

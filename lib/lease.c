@@ -4,7 +4,10 @@
  *
  * An rs_lease_t owns a copy of the call that made it (script, keys, arguments, fence), so
  * renewals and releases can be sent long after the caller's buffers are gone; ops are put
- * in front of the arguments per call (rs__lease_argv). Its live state (deadline, lost,
+ * in front of the arguments per call (rs__lease_argv). A built lease (a queue entry of
+ * lib/async.c) owns instead what its builder (handle.c) rebuilds the call from: the main
+ * key, the acquisition id, the owner, the extras; no handle, so it may outlive it. Either is
+ * one allocation. Its live state (deadline, lost,
  * reported) is the watchdog's and is read under wd.mu (watchdog.c); this file knows nothing
  * of the thread.
  */
@@ -19,37 +22,24 @@ uint64_t rs__drift_ns(long lease_ms)
     return (uint64_t)lease_ms * RS_NS_PER_MS / 100 + 2 * RS_NS_PER_MS;
 }
 
-rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
-                          const char *renew_op, const char *release_op, long lease_ms,
-                          const char *kind, const char *name, size_t namelen)
+/* One block: the struct, then (8-byte aligned) the builder's data or the pointers, lengths
+ * and bytes of the copied arguments (each NUL-terminated), then the name. */
+static rs_lease_t *lease_alloc(size_t body, size_t namelen)
 {
-    rs_lease_t *l = calloc(1, sizeof *l);
-    if (!l)
-        return NULL;
-    /* one block: the pointers, the lengths, the bytes (each NUL-terminated), the name */
-    size_t n = (size_t)args->n + 1, total = n * (sizeof(char *) + sizeof(size_t));
-    for (int i = 0; i < args->n; i++)
-        total += args->len[i] + 1;
-    total += namelen + 1;
-    l->store = malloc(total);
-    if (!l->store) {
-        free(l);
-        return NULL;
+    size_t head = (sizeof(rs_lease_t) + 7) & ~(size_t)7;
+    body = (body + 7) & ~(size_t)7;
+    rs_lease_t *l = calloc(1, head + body + namelen + 1);
+    if (l) {
+        l->src = (char *)l + head;
+        l->name = (char *)l + head + body;
     }
-    l->args.v = (const char **)(void *)l->store;
-    l->args.len = (size_t *)(void *)(l->store + n * sizeof(char *));
-    char *p = l->store + n * (sizeof(char *) + sizeof(size_t));
-    l->args.v[0] = ""; /* the op, filled in per call */
-    l->args.len[0] = 0;
-    l->args.n = 1;
-    for (int i = 0; i < args->n; i++) {
-        memcpy(p, args->v[i], args->len[i]);
-        p[args->len[i]] = '\0';
-        l->args.v[l->args.n] = p;
-        l->args.len[l->args.n++] = args->len[i];
-        p += args->len[i] + 1;
-    }
-    l->name = p;
+    return l;
+}
+
+static void lease_fill(rs_lease_t *l, rs_client_t *c, const rs_script_t *s, int nkeys,
+                       const char *renew_op, const char *release_op, long lease_ms,
+                       const char *kind, const char *name, size_t namelen)
+{
     memcpy(l->name, name, namelen);
     l->name[namelen] = '\0';
     l->c = c;
@@ -60,31 +50,87 @@ rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const
     l->lease_ms = lease_ms;
     l->kind = kind;
     atomic_init(&l->refs, 1);
+}
+
+rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                          const char *renew_op, const char *release_op, long lease_ms,
+                          const char *kind, const char *name, size_t namelen)
+{
+    size_t n = (size_t)args->n + 1, total = n * (sizeof(char *) + sizeof(size_t));
+    for (int i = 0; i < args->n; i++)
+        total += args->len[i] + 1;
+    rs_lease_t *l = lease_alloc(total, namelen);
+    if (!l)
+        return NULL;
+    char *store = (char *)l->src;
+    l->src = NULL;
+    l->args.v = (const char **)(void *)store;
+    l->args.len = (size_t *)(void *)(store + n * sizeof(char *));
+    char *p = store + n * (sizeof(char *) + sizeof(size_t));
+    l->args.v[0] = ""; /* the op, filled in per call */
+    l->args.len[0] = 0;
+    l->args.n = 1;
+    for (int i = 0; i < args->n; i++) {
+        memcpy(p, args->v[i], args->len[i]);
+        p[args->len[i]] = '\0';
+        l->args.v[l->args.n] = p;
+        l->args.len[l->args.n++] = args->len[i];
+        p += args->len[i] + 1;
+    }
+    lease_fill(l, c, s, nkeys, renew_op, release_op, lease_ms, kind, name, namelen);
+    return l;
+}
+
+rs_lease_t *rs__lease_new_built(rs_client_t *c, const rs_script_t *s, int nkeys,
+                                rs_lease_build_fn *build, const void *src, size_t srclen,
+                                const char *renew_op, const char *release_op, long lease_ms,
+                                const char *kind, const char *name, size_t namelen)
+{
+    rs_lease_t *l = lease_alloc(srclen, namelen);
+    if (!l)
+        return NULL;
+    memcpy((void *)l->src, src, srclen);
+    l->build = build;
+    lease_fill(l, c, s, nkeys, renew_op, release_op, lease_ms, kind, name, namelen);
     return l;
 }
 
 void rs__lease_unref(rs_lease_t *l)
 {
-    if (l && atomic_fetch_sub(&l->refs, 1) == 1) {
-        free(l->store); /* the name too */
-        free(l);
-    }
+    if (l && atomic_fetch_sub(&l->refs, 1) == 1)
+        free(l); /* its arguments and name too: one block */
 }
 
 /* The lease's call with op put in front of its arguments; keys come first in Redis's
  * order, so the op is moved after them. */
-void rs__lease_argv(const rs_lease_t *l, const char *op, rs_argv_t *out)
+void rs__lease_argv(const rs_lease_t *l, const char *op, rs_lease_scratch_t *s, rs_argv_t *out)
 {
-    rs__argv_init(out);
-    for (int i = 1; i <= l->nkeys; i++)
-        rs__argv_ref(out, l->args.v[i], l->args.len[i]);
-    rs__argv_str(out, op);
-    for (int i = l->nkeys + 1; i < l->args.n; i++)
-        rs__argv_ref(out, l->args.v[i], l->args.len[i]);
+    if (l->build) {
+        l->build(l, op, s, out);
+    } else {
+        rs__argv_init(out);
+        for (int i = 1; i <= l->nkeys; i++)
+            rs__argv_ref(out, l->args.v[i], l->args.len[i]);
+        rs__argv_str(out, op);
+        for (int i = l->nkeys + 1; i < l->args.n; i++)
+            rs__argv_ref(out, l->args.v[i], l->args.len[i]);
+    }
     if (l->fence[0]) {
         rs__argv_ref(out, "", 0);
         rs__argv_str(out, l->fence);
     }
+}
+
+const char *rs__lease_key(const rs_lease_t *l, rs_lease_scratch_t *s, size_t *len)
+{
+    if (!l->build) {
+        *len = l->args.n > 1 ? l->args.len[1] : 0;
+        return l->args.n > 1 ? l->args.v[1] : "";
+    }
+    rs_argv_t a;
+    l->build(l, "", s, &a);
+    *len = a.n > 0 ? a.len[0] : 0;
+    return a.n > 0 ? a.v[0] : "";
 }
 
 int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out)
@@ -94,7 +140,8 @@ int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **o
         *out = NULL;
         return rs__rl_lease_int(c, l, op, &t);
     }
+    rs_lease_scratch_t s;
     rs_argv_t a;
-    rs__lease_argv(l, op, &a);
+    rs__lease_argv(l, op, &s, &a);
     return rs__eval(c, l->script, l->nkeys, &a, out);
 }

@@ -408,7 +408,7 @@ int rs__notify_take(rs_client_t *c, rs_waiter_t *w, char *msg, size_t len)
 int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char *topic)
 {
     memset(w, 0, sizeof *w);
-    snprintf(w->id, sizeof w->id, "%s", id ? id : "");
+    w->id = id ? id : "";
     w->topic = topic;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

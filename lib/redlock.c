@@ -150,8 +150,9 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
 
 int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_t *t)
 {
+    rs_lease_scratch_t s;
     rs_argv_t a;
-    rs__lease_argv(l, op, &a);
+    rs__lease_argv(l, op, &s, &a);
     return rs__rl_call_int(c, l->script, l->nkeys, &a, l->lease_ms, t);
 }
 
@@ -381,13 +382,15 @@ int rs__rl_open(rs_client_t *c)
 
 struct renew_cmds {
     rs_lease_t **batch;
+    rs_lease_scratch_t *s; /* a built lease's call, appended before the next is built */
 };
 
 static void build_renew(void *arg, int j, rs_argv_t *out)
 {
-    rs_lease_t *l = ((struct renew_cmds *)arg)->batch[j];
+    struct renew_cmds *rc = arg;
+    rs_lease_t *l = rc->batch[j];
     rs_argv_t a;
-    rs__lease_argv(l, l->renew_op, &a);
+    rs__lease_argv(l, l->renew_op, rc->s, &a);
     rs__evalsha_argv(l->script, l->nkeys, &a, out);
 }
 
@@ -411,7 +414,8 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
         return;
     *sent = rs__now_ns();
     uint64_t deadline = *sent + (uint64_t)io_ms * RS_NS_PER_MS;
-    struct renew_cmds rc = {batch};
+    rs_lease_scratch_t s;
+    struct renew_cmds rc = {batch, &s};
     unsigned todo = rs__rl_all_mask(c);
     for (int pass = 0; pass < 2 && todo; pass++) {
         redisContext *ctx[RS_SEEDS_MAX] = {0};

@@ -383,6 +383,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
                       int *res, int n, uint64_t *sent, uint64_t cut)
 {
     int confirm = c->min_replicas > 0;
+    rs_lease_scratch_t ls; /* a built lease's call, appended before the next is built */
     int rec = 0; /* the holder record's PEXPIRE rides in the first pass (record.c) */
     rs__round_begin(res, n, cut);
     if (*ctxp && node < 0 && c->wd.ctx_gen != rs__topo_gen(c)) {
@@ -401,7 +402,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
             if (res[i] != -1)
                 continue;
             rs_argv_t a, av;
-            rs__lease_argv(batch[i], batch[i]->renew_op, &a);
+            rs__lease_argv(batch[i], batch[i]->renew_op, &ls, &a);
             rs__evalsha_argv(batch[i]->script, batch[i]->nkeys, &a, &av);
             if (rs__ctx_append(*ctxp, av.n, av.v, av.len) != 0)
                 goto broken;
@@ -424,6 +425,8 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
         /* sent whole before the first read, within the cut */
         if (rs__ctx_timeout_until(*ctxp, cut) || rs__ctx_flush(*ctxp))
             goto broken;
+        atomic_fetch_add(&c->wd.st.batches, 1);
+        atomic_fetch_add(&c->wd.st.renewals, (unsigned long)pending);
         int noscript = 0, moved = 0, ask = 0;
         for (int i = 0; i < n; i++) {
             if (res[i] != -1)
@@ -521,8 +524,11 @@ static void run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint
         return;
     }
     int *subres = node + n, *where = node + 2 * n;
+    rs_lease_scratch_t ls;
     for (int i = 0; i < n; i++) {
-        node[i] = rs__cluster_node_of(c, batch[i]->args.v[1], batch[i]->args.len[1]);
+        size_t klen;
+        const char *key = rs__lease_key(batch[i], &ls, &klen);
+        node[i] = rs__cluster_node_of(c, key, klen);
         if (node[i] < 0)
             node[i] = 0; /* unknown slot: any node, whose MOVED fixes the map */
     }
@@ -592,10 +598,13 @@ static redisContext **dial_needed_locked(rs_client_t *c, int *node)
         return NULL;
     if (c->ep.mode != RS_MODE_CLUSTER)
         return c->wd.ctx ? NULL : &c->wd.ctx;
+    rs_lease_scratch_t ls;
     for (rs_lease_t *l = c->wd.head; l; l = l->next) {
         if (l->lost)
             continue;
-        int nd = rs__cluster_node_of(c, l->args.v[1], l->args.len[1]);
+        size_t klen;
+        const char *key = rs__lease_key(l, &ls, &klen);
+        int nd = rs__cluster_node_of(c, key, klen);
         if (nd >= 0 && nd < RS_NODES_MAX && !c->wd.cctx[nd]) {
             *node = nd;
             return &c->wd.cctx[nd];
@@ -664,8 +673,10 @@ static void *watchdog_main(void *arg)
                 }
             n = k;
             pthread_mutex_unlock(&c->wd.mu);
-            uint64_t sent = now;
+            uint64_t sent = now, t0 = rs__now_ns();
             run_rounds(c, batch, res, n, &sent, cut);
+            atomic_store(&c->wd.st.last_round_ns, rs__now_ns() - t0);
+            atomic_fetch_add(&c->wd.st.rounds, 1);
             pthread_mutex_lock(&c->wd.mu);
             uint64_t after = rs__now_ns();
             for (int i = 0; i < n; i++)
@@ -721,6 +732,15 @@ static void free_conns(rs_client_t *c)
             rs__ctx_free(c->wd.cctx[i]);
             c->wd.cctx[i] = NULL;
         }
+}
+
+void rs__watchdog_stats(rs_client_t *c, unsigned long *rounds, unsigned long *renewals,
+                        unsigned long *batches, uint64_t *last_round_ns)
+{
+    *rounds = atomic_load(&c->wd.st.rounds);
+    *renewals = atomic_load(&c->wd.st.renewals);
+    *batches = atomic_load(&c->wd.st.batches);
+    *last_round_ns = atomic_load(&c->wd.st.last_round_ns);
 }
 
 void rs__watchdog_stop(rs_client_t *c)

@@ -16,7 +16,16 @@
  *             1.1 times the blocking handoff (PASS/MISS)
  *   memory    PENDING requests waiting on a held mutex: heap bytes per pending request
  *             (mallinfo2, request + queue-entry lease + heap slot), target <= 512 beyond
- *             the handle, and the process's thread count before and while they wait
+ *             the handle, and the process's thread count before and while they wait;
+ *             measured once they are all queued in Redis, and again after the watchdog's
+ *             rounds below (its round buffers included)
+ *   watchdog  while they wait (their queue-entry leases: 3 s, so a 1 s period), ROUNDS_WAIT
+ *             periods: the watchdog's rounds per period, write batches per round (every
+ *             renewal written before the first reply is read: one round trip), renewals per
+ *             round and the last round's duration (library counters, lib/internal.h), the
+ *             server's EVALSHA calls meanwhile (INFO commandstats) and one PING's round trip
+ *             in the same run; target: one round per period, one batch per round, every
+ *             entry renewed in it (PASS/MISS)
  *
  * Usage: redisync-bench-async [PAIRS [PENDING]]   (defaults 20000 10000)
  */
@@ -33,11 +42,14 @@
 
 #include <hiredis/hiredis.h>
 
+#include "internal.h" /* rs__watchdog_stats: the watchdog's counters */
 #include "redis_server.h"
 #include "redisync.h"
 
 #define NAMES 256
 #define WINDOW 256
+#define PENDING_LEASE_MS 3000 /* the pending entries' lease: a watchdog period of 1 s */
+#define ROUNDS_WAIT 4         /* periods watched */
 
 static long long now_ns(void)
 {
@@ -252,6 +264,34 @@ static void handoff(const ts_server_t *s, rs_client_t *c, double *blocking, doub
 
 static long pending_done;
 
+static long long evalsha_calls(redisContext *rc)
+{
+    redisReply *r = redisCommand(rc, "INFO commandstats");
+    long long n = -1;
+    const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_evalsha:calls=")
+                                                       : NULL;
+    if (p)
+        n = atoll(p + strlen("cmdstat_evalsha:calls="));
+    if (r)
+        freeReplyObject(r);
+    return n;
+}
+
+/* one PING's round trip in us, median of 101 */
+static double ping_us(redisContext *rc)
+{
+    long long t[101];
+    for (int i = 0; i < 101; i++) {
+        long long t0 = now_ns();
+        redisReply *r = redisCommand(rc, "PING");
+        t[i] = now_ns() - t0;
+        if (r)
+            freeReplyObject(r);
+    }
+    qsort(t, 101, sizeof *t, cmp_ll);
+    return (double)t[50] / 1000.0;
+}
+
 static void pending_cb(int rc, rs_hold_t *hold, void *arg)
 {
     (void)arg;
@@ -320,6 +360,7 @@ int main(int argc, char **argv)
     rs_mutex_t *hm, *pm;
     rs_mutex_init(&hm, holder, "bench-pending");
     rs_mutex_init(&pm, c, "bench-pending");
+    rs_mutex_setlease(pm, PENDING_LEASE_MS);
     rs_mutex_lock(hm);
     int th0 = threads_now();
     struct mallinfo2 m0 = mallinfo2();
@@ -339,6 +380,27 @@ int main(int argc, char **argv)
     struct mallinfo2 m1 = mallinfo2();
     int th1 = threads_now();
     double per = (double)((long long)m1.uordblks - (long long)m0.uordblks) / (double)pending;
+
+    /* the watchdog's rounds while they wait */
+    unsigned long r0, n0, b0, r1, n1, b1;
+    uint64_t last_ns;
+    long long e0 = evalsha_calls(rc);
+    long long w0 = now_ns();
+    rs__watchdog_stats(c, &r0, &n0, &b0, &last_ns);
+    usleep((useconds_t)ROUNDS_WAIT * PENDING_LEASE_MS / 3 * 1000);
+    rs__watchdog_stats(c, &r1, &n1, &b1, &last_ns);
+    double wsec = (double)(now_ns() - w0) / 1e9;
+    long long e1 = evalsha_calls(rc);
+    double ping = ping_us(rc);
+    struct mallinfo2 m2 = mallinfo2();
+    double per2 = (double)((long long)m2.uordblks - (long long)m0.uordblks) / (double)pending;
+    int th2 = threads_now();
+    double periods = wsec * 1000.0 / (PENDING_LEASE_MS / 3.0);
+    unsigned long rounds = r1 - r0, batches = b1 - b0, renewals = n1 - n0;
+    double per_round = rounds ? (double)renewals / (double)rounds : 0;
+    /* the holder's own client renews one hold on this server too: its EVALSHAs are not ours */
+    int wd_pass = rounds >= 1 && (double)rounds <= periods + 1 && batches == rounds &&
+                  per_round >= 0.99 * (double)pending;
     rs_mutex_unlock(hm);
     run_loop(c, &lp, &pending_done, pending);
     redisFree(rc);
@@ -353,10 +415,18 @@ int main(int argc, char **argv)
     printf("  contended handoff, median of %d: blocking %.0f us, async (through dispatch) %.0f us: "
            "ratio %.2f (target <= 1.1): %s\n", HANDOFFS, hb, ha, ha / hb,
            ha <= 1.1 * hb ? "PASS" : "MISS");
-    printf("  %ld pending requests (%lld queued in Redis): %.0f heap bytes each "
-           "(target <= 512): %s\n", pending, queued, per, per <= 512 ? "PASS" : "MISS");
-    printf("  threads: %d before, %d while they wait (%s); %ld completed after the release\n",
-           th0, th1, th0 == th1 ? "none added" : "ADDED", pending_done);
+    printf("  %ld pending requests (%lld queued in Redis): %.0f heap bytes each when queued, "
+           "%.0f after %lu watchdog rounds (target <= 512): %s\n", pending, queued, per, per2,
+           rounds, per <= 512 && per2 <= 512 ? "PASS" : "MISS");
+    printf("  threads: %d before, %d while they wait, %d after the rounds (%s); %ld completed "
+           "after the release\n", th0, th1, th2, th0 == th1 && th1 == th2 ? "none added" : "ADDED",
+           pending_done);
+    printf("  watchdog, %ld entries pending, %.1f s (%.1f periods of %d ms): %lu rounds, %lu "
+           "write batches (%.2f a round), %.0f renewals a round, last round %.1f ms against one "
+           "PING %.0f us; server EVALSHA calls meanwhile %lld (target: 1 round a period, 1 "
+           "batch a round, every entry in it): %s\n", pending, wsec, periods,
+           PENDING_LEASE_MS / 3, rounds, batches, rounds ? (double)batches / (double)rounds : 0,
+           per_round, (double)last_ns / 1e6, ping, e1 - e0, wd_pass ? "PASS" : "MISS");
     for (int i = 0; i < NAMES; i++)
         rs_mutex_destroy(lp.m[i]);
     rs_mutex_destroy(bm);
