@@ -260,7 +260,7 @@ int rs__async_event(rs_call_t *k, const char *topic, const rs_async_event_t *ev,
         return rc;
     rq->ev = ev;
     rq->recheck_ms = recheck_ms > 0 ? recheck_ms : 1;
-    rq->topic = topic;
+    rq->w.topic = topic; /* every message on it wakes the request (no id) */
     return request_submit(k->h->c, rq, req);
 }
 

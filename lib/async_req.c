@@ -96,7 +96,7 @@ void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
         rq->registered = 0;
     }
     if (rq->watching) {
-        rs__notify_unwatch(c, rq->topic);
+        rs__notify_unwatch(c, rq->w.topic);
         rq->watching = 0;
     }
     rs__aq_live_del(as, rq);
@@ -247,12 +247,8 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
         rs__aq_want_send(as, rq, OP_HREL);
         return;
     }
-    if (rq->type == RQ_EVT) {
-        rq->w.topic = rq->topic; /* every message on it wakes the request; no id */
-        rq->w.id = "";
-    } else {
-        rq->w.id = rq->str; /* the acquisition id, in the request's block */
-    }
+    /* an event's waiter: its topic (rs__async_event), no id */
+    rq->w.id = rq->type == RQ_EVT ? "" : rq->str; /* the acquisition id, in the block */
     rq->w.on_wake = rs__aq_on_wake;
     rq->w.arg = rq;
     int rc = rs__notify_add(c, &rq->w);
@@ -264,7 +260,7 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
     }
     rq->registered = 1;
     if (rq->type == RQ_EVT) {
-        if (rs__notify_watch_add(c, rq->topic) != 0) {
+        if (rs__notify_watch_add(c, rq->w.topic) != 0) {
             rs__aq_complete(as, rq, rs__fail(c, ENOMEM, "out of memory"), NULL);
             return;
         }
@@ -286,7 +282,7 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
 /* Whether rq may start: the subscriber stands (for an event, its channel is confirmed). */
 static int sub_ready(rs_async_t *as, rs_request_t *rq, int client_ready)
 {
-    return rq->type == RQ_EVT ? client_ready && rs__notify_watch_ready(as->c, rq->topic)
+    return rq->type == RQ_EVT ? client_ready && rs__notify_watch_ready(as->c, rq->w.topic)
                               : client_ready;
 }
 

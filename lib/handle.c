@@ -518,7 +518,7 @@ void rs__hold_granted(const rs_call_t *k, rs_hold_t *hold, uint64_t fence, long 
     hold->fence = fence;
     hold->count = 1;
     if (k->h->c->ep.mode == RS_MODE_REDLOCK) /* renewals and the release raise the counters */
-        snprintf(hold->lease->fence, sizeof hold->lease->fence, "%llu", (unsigned long long)fence);
+        hold->lease->fence = fence;
     rs__watch_add(k->h->c, hold->lease, sent_ns, ttl_ms);
 }
 

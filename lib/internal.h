@@ -173,34 +173,39 @@ struct rs_lease {
     /* immutable after rs__lease_new */
     rs_client_t *c;
     const rs_script_t *script;
-    int nkeys;
-    struct {                 /* a copied lease: op placeholder, keys, then arguments; v and
-                                len point into the lease's own block, as does every v[i] (one
-                                allocation, sized to fit: leases are what a pending request
-                                or hold costs). n is 0 in a built lease */
-        int n;
-        const char **v;
-        size_t *len;
-    } args;
     rs_lease_build_fn *build; /* a built lease (rs__lease_new_built): no copy of the call */
-    const void *src;          /* its builder's data, in the lease's block */
+    const void *src;          /* in the lease's block: a built lease's data for build; a
+                                 copied one's arguments, nargs pointers (rs__lease_arg) then
+                                 their lengths, then the bytes (op placeholder, keys, then the
+                                 arguments after the op; one allocation, sized to fit: leases
+                                 are what a pending request or hold costs) */
     const char *renew_op, *release_op;
     long lease_ms;
     struct rs_waiter *waiter; /* set for queue entries */
-    char fence[24];          /* Redlock: the hold's token, sent with renew and release (set
-                                before rs__watch_add, then read-only) */
+    uint64_t fence;          /* Redlock: the hold's token, sent with renew and release (set
+                                before rs__watch_add, then read-only; 0: none) */
+    const char *kind;
+    char *name;
+    int nkeys;
+    int nargs;               /* a copied lease's arguments with the op placeholder; 0: built */
     atomic_uint rl_held;     /* Redlock: the masters that may still hold it (bit i): those
                                 that granted it; a renewal or release answered 0 there
                                 clears the bit. 0: not known (no rule uses it then) */
-    const char *kind;
-    char *name;
+    atomic_int refs;
     /* watchdog state, under the watchdog mutex */
+    unsigned char lost, reported, registered;
     uint64_t due_ns;         /* next renewal */
     uint64_t deadline_ns;    /* local expiry: last confirmed send + lease - drift */
-    int lost, reported, registered;
-    atomic_int refs;
     rs_lease_t *prev, *next;
 };
+/* A copied lease's argument i (0 is the op placeholder, 1..nkeys the keys): its bytes
+ * (NUL-terminated) and *len. */
+static inline const char *rs__lease_arg(const rs_lease_t *l, int i, size_t *len)
+{
+    const char *const *v = (const char *const *)l->src;
+    *len = ((const size_t *)(const void *)(v + l->nargs))[i];
+    return v[i];
+}
 /* args (keys, then the arguments after the op) are copied; kind must be static. The lease
  * starts with one reference, the caller's. NULL on ENOMEM. One allocation. */
 rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
@@ -266,7 +271,8 @@ typedef struct rs_waiter {
                                 string, alive while w is registered; "" for none) */
     const char *topic;       /* or a watched channel: every message on it wakes this waiter */
     struct rs_shard *shard;  /* the sharded channel it also listens on (notify_shard.c) */
-    pthread_cond_t cv;
+    pthread_cond_t *cv;      /* a blocked waiter's (its caller's storage); NULL for callback
+                                waiters */
     int wake;
     char msg[RS_WAKE_MSG_MAX];
     struct rs_waiter *prev, *next;
@@ -275,10 +281,12 @@ typedef struct rs_waiter {
     void (*on_wake)(struct rs_waiter *w);
     void *arg;
 } rs_waiter_t;
-/* Registers w under an acquisition id or a watched topic (the caller keeps topic alive),
+/* Registers w under an acquisition id or a watched topic (the caller keeps id, topic and
+ * cv, which this initializes and rs__notify_end destroys, alive until rs__notify_end),
  * starting the subscriber and waiting for its subscription (at most timeout_ms). Messages
  * are matched from then on. */
-int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char *topic);
+int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, pthread_cond_t *cv, const char *id,
+                     const char *topic);
 /* Whether rs__notify_begin would register at once: the subscriber is subscribed (under
  * Redlock on a quorum of masters). wait.c tries without queueing first when it is not. */
 int rs__notify_ready(rs_client_t *c);
@@ -334,9 +342,9 @@ void rs__notify_shard_forget(rs_client_t *c); /* in a fork child */
 /* ----- wait.c ------------------------------------------------------------------------ */
 /* A waiter registered with the notifier under acqid and, when acqid is sharded, listening
  * on the sharded channel of key's hash tag too (rs__notify_shard_begin). 0 or an error (w
- * then registered nowhere). rs__waiter_end undoes both. */
-int rs__waiter_begin(rs_client_t *c, rs_waiter_t *w, const char *acqid, const char *key,
-                     size_t klen);
+ * then registered nowhere). rs__waiter_end undoes both. cv and acqid as rs__notify_begin's. */
+int rs__waiter_begin(rs_client_t *c, rs_waiter_t *w, pthread_cond_t *cv, const char *acqid,
+                     const char *key, size_t klen);
 void rs__waiter_end(rs_client_t *c, rs_waiter_t *w);
 /* The outcome of one acquisition attempt, filled by a primitive's attempt(). */
 typedef struct rs_attempt {

@@ -68,12 +68,10 @@ struct rs_request {
     rs_done_fn *done;
     void *arg;
     uint64_t deadline_ns;
-    const rs_async_event_t *ev; /* RQ_EVT: what is waited for, on channel topic */
-    const char *topic;
+    const rs_async_event_t *ev; /* RQ_EVT: what is waited for, on channel w.topic */
     long long evstate;
     long recheck_ms;
     unsigned count;
-    int busy_rc;
     /* the I/O thread's */
     int undo_rc;
     rs_timer_t tm;
@@ -95,7 +93,7 @@ struct rs_request {
     atomic_int cancel;
     /* small fields, one byte each (distinct bytes: those under as->mu and the I/O thread's
      * never share a memory location) */
-    unsigned char type, nextra, zero_fence, try_only;
+    unsigned char type, nextra, zero_fence, try_only, busy_rc; /* busy_rc: EBUSY, EAGAIN */
     unsigned char counted, watching, final;                 /* the I/O thread's */
     unsigned char st, op, queued, registered, resent, lost, in_send;
     unsigned char pub, in_woken, in_cancel;                 /* under as->mu */

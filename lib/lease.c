@@ -62,21 +62,19 @@ rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const
     rs_lease_t *l = lease_alloc(total, namelen);
     if (!l)
         return NULL;
-    char *store = (char *)l->src;
-    l->src = NULL;
-    l->args.v = (const char **)(void *)store;
-    l->args.len = (size_t *)(void *)(store + n * sizeof(char *));
-    char *p = store + n * (sizeof(char *) + sizeof(size_t));
-    l->args.v[0] = ""; /* the op, filled in per call */
-    l->args.len[0] = 0;
-    l->args.n = 1;
+    const char **v = (const char **)l->src;
+    size_t *len = (size_t *)(void *)(v + n);
+    char *p = (char *)(len + n);
+    v[0] = ""; /* the op, filled in per call */
+    len[0] = 0;
     for (int i = 0; i < args->n; i++) {
         memcpy(p, args->v[i], args->len[i]);
         p[args->len[i]] = '\0';
-        l->args.v[l->args.n] = p;
-        l->args.len[l->args.n++] = args->len[i];
+        v[i + 1] = p;
+        len[i + 1] = args->len[i];
         p += args->len[i] + 1;
     }
+    l->nargs = (int)n;
     lease_fill(l, c, s, nkeys, renew_op, release_op, lease_ms, kind, name, namelen);
     return l;
 }
@@ -109,23 +107,28 @@ void rs__lease_argv(const rs_lease_t *l, const char *op, rs_lease_scratch_t *s, 
         l->build(l, op, s, out);
     } else {
         rs__argv_init(out);
-        for (int i = 1; i <= l->nkeys; i++)
-            rs__argv_ref(out, l->args.v[i], l->args.len[i]);
+        size_t len;
+        for (int i = 1; i <= l->nkeys; i++) {
+            const char *a = rs__lease_arg(l, i, &len);
+            rs__argv_ref(out, a, len);
+        }
         rs__argv_str(out, op);
-        for (int i = l->nkeys + 1; i < l->args.n; i++)
-            rs__argv_ref(out, l->args.v[i], l->args.len[i]);
+        for (int i = l->nkeys + 1; i < l->nargs; i++) {
+            const char *a = rs__lease_arg(l, i, &len);
+            rs__argv_ref(out, a, len);
+        }
     }
-    if (l->fence[0]) {
+    if (l->fence) {
         rs__argv_ref(out, "", 0);
-        rs__argv_str(out, l->fence);
+        rs__argv_fmt(out, "%llu", (unsigned long long)l->fence);
     }
 }
 
 const char *rs__lease_key(const rs_lease_t *l, rs_lease_scratch_t *s, size_t *len)
 {
     if (!l->build) {
-        *len = l->args.n > 1 ? l->args.len[1] : 0;
-        return l->args.n > 1 ? l->args.v[1] : "";
+        *len = 0;
+        return l->nargs > 1 ? rs__lease_arg(l, 1, len) : "";
     }
     rs_argv_t a;
     l->build(l, "", s, &a);

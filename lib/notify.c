@@ -57,7 +57,7 @@ void rs__notify_poke_locked(rs_waiter_t *w, int wake)
     if (w->on_wake)
         w->on_wake(w); /* a request of lib/async.c: its I/O thread takes the wake-up */
     else
-        pthread_cond_signal(&w->cv);
+        pthread_cond_signal(w->cv);
 }
 
 struct rs_watch {
@@ -405,22 +405,24 @@ int rs__notify_take(rs_client_t *c, rs_waiter_t *w, char *msg, size_t len)
     return wake;
 }
 
-int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char *topic)
+int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, pthread_cond_t *cv, const char *id,
+                     const char *topic)
 {
     memset(w, 0, sizeof *w);
+    w->cv = cv;
     w->id = id ? id : "";
     w->topic = topic;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cv, &ca);
+    pthread_cond_init(w->cv, &ca);
     pthread_condattr_destroy(&ca);
 
     pthread_mutex_lock(&c->nt.mu);
     int redlock = c->ep.mode == RS_MODE_REDLOCK;
     if (start_locked(c) != 0) {
         pthread_mutex_unlock(&c->nt.mu);
-        pthread_cond_destroy(&w->cv);
+        pthread_cond_destroy(w->cv);
         return rs__fail(c, EAGAIN, "cannot start the notifier thread");
     }
     /* Register only once subscribed (under Redlock on a quorum of masters): a wake-up for
@@ -433,12 +435,12 @@ int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char 
             int rc = rs__fail(c, RS_ESERVER, "SUBSCRIBE %s refused: %s", c->channel, c->nt.error);
             c->nt.error[0] = '\0';
             pthread_mutex_unlock(&c->nt.mu);
-            pthread_cond_destroy(&w->cv);
+            pthread_cond_destroy(w->cv);
             return rc;
         }
         if (rs__now_ns() >= until) {
             pthread_mutex_unlock(&c->nt.mu);
-            pthread_cond_destroy(&w->cv);
+            pthread_cond_destroy(w->cv);
             if (redlock)
                 return rs__fail(c, RS_ECONN, "cannot subscribe to wake-ups on a quorum of "
                                 "redlock masters (%d of %d, a quorum is %d) within %ld ms",
@@ -450,7 +452,7 @@ int rs__notify_begin(rs_client_t *c, rs_waiter_t *w, const char *id, const char 
     }
     if (c->nt.stop || atomic_load(&c->closing)) {
         pthread_mutex_unlock(&c->nt.mu);
-        pthread_cond_destroy(&w->cv);
+        pthread_cond_destroy(w->cv);
         return rs__fail(c, ECANCELED, "the client is closing");
     }
     w->next = c->nt.head;
@@ -475,13 +477,13 @@ int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns)
     pthread_mutex_lock(&c->nt.mu);
     while (w->wake == RS_WAKE_NONE) {
         if (until_ns == RS_NO_DEADLINE) {
-            pthread_cond_wait(&w->cv, &c->nt.mu);
+            pthread_cond_wait(w->cv, &c->nt.mu);
         } else {
             if (rs__now_ns() >= until_ns) {
                 w->wake = RS_WAKE_TIMEOUT;
                 break;
             }
-            rs__cv_wait_until(&w->cv, &c->nt.mu, until_ns);
+            rs__cv_wait_until(w->cv, &c->nt.mu, until_ns);
         }
     }
     int wake = w->wake;
@@ -501,7 +503,7 @@ void rs__notify_msg(rs_client_t *c, rs_waiter_t *w, char *buf, size_t len)
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w)
 {
     rs__notify_remove(c, w);
-    pthread_cond_destroy(&w->cv);
+    pthread_cond_destroy(w->cv);
 }
 
 void rs__notify_poke(rs_client_t *c, rs_waiter_t *w, int wake)

@@ -19,10 +19,10 @@
 
 #include "internal.h"
 
-int rs__waiter_begin(rs_client_t *c, rs_waiter_t *w, const char *acqid, const char *key,
-                     size_t klen)
+int rs__waiter_begin(rs_client_t *c, rs_waiter_t *w, pthread_cond_t *cv, const char *acqid,
+                     const char *key, size_t klen)
 {
-    int rc = rs__notify_begin(c, w, acqid, NULL);
+    int rc = rs__notify_begin(c, w, cv, acqid, NULL);
     if (rc != 0)
         return rc;
     if (key && acqid && rs__acq_sharded(acqid) &&
@@ -65,7 +65,8 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
             return rc;
     }
     rs_waiter_t w;
-    int rc = rs__waiter_begin(c, &w, acqid, key, key ? strlen(key) : 0);
+    pthread_cond_t cv;
+    int rc = rs__waiter_begin(c, &w, &cv, acqid, key, key ? strlen(key) : 0);
     if (rc != 0)
         return rc;
     rs_lease_t *ql = NULL;
@@ -166,7 +167,8 @@ int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), v
     if (deadline_ns <= rs__now_ns())
         return rs__fail(c, ETIMEDOUT, "deadline passed");
     rs_waiter_t w;
-    rc = rs__notify_begin(c, &w, NULL, topic);
+    pthread_cond_t cv;
+    rc = rs__notify_begin(c, &w, &cv, NULL, topic);
     if (rc)
         return rc;
     rc = rs__notify_watch(c, topic);

@@ -96,11 +96,14 @@ int rs__watch_holds(rs_client_t *c, const char *key, size_t keylen, const char *
 {
     int found = 0;
     pthread_mutex_lock(&c->wd.mu);
-    for (rs_lease_t *l = c->wd.head; l && !found; l = l->next)
-        found = !l->waiter && !l->lost && l->nkeys >= 1 && l->args.n > l->nkeys + 1 &&
-                l->args.len[1] == keylen && memcmp(l->args.v[1], key, keylen) == 0 &&
-                l->args.len[l->nkeys + 1] == toklen &&
-                memcmp(l->args.v[l->nkeys + 1], token, toklen) == 0;
+    for (rs_lease_t *l = c->wd.head; l && !found; l = l->next) {
+        if (l->waiter || l->lost || l->nkeys < 1 || l->nargs <= l->nkeys + 1)
+            continue; /* (a built lease is a queue entry: nargs 0) */
+        size_t kl, tl;
+        const char *k = rs__lease_arg(l, 1, &kl), *t = rs__lease_arg(l, l->nkeys + 1, &tl);
+        found = kl == keylen && memcmp(k, key, keylen) == 0 && tl == toklen &&
+                memcmp(t, token, toklen) == 0;
+    }
     pthread_mutex_unlock(&c->wd.mu);
     return found;
 }

@@ -202,8 +202,9 @@ static int waited(rs_barrier_t *b, const struct timespec *abstime)
     redisReply *r;
     /* watched before the arrival: the trip's message cannot slip between */
     rs_waiter_t w;
+    pthread_cond_t wcv;
     int watching = 0;
-    rc = rs__notify_begin(c, &w, NULL, b->h.key[0]);
+    rc = rs__notify_begin(c, &w, &wcv, NULL, b->h.key[0]);
     if (rc == 0) {
         rc = rs__notify_watch(c, b->h.key[0]);
         watching = rc == 0;

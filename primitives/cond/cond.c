@@ -199,11 +199,12 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
     rs_call_t k;
     rs__call_init(&k, &cv->h, NULL);
     rs_waiter_t w;
+    pthread_cond_t wcv;
     rs_lease_t *ql = NULL;
     int registered = 0, resent = 0;
     uint64_t sent = 0;
     /* in a Cluster with sharded wake-ups, also on the name's sharded channel */
-    rc = rs__waiter_begin(c, &w, k.acqid, cv->h.key[0], cv->h.klen[0]);
+    rc = rs__waiter_begin(c, &w, &wcv, k.acqid, cv->h.key[0], cv->h.klen[0]);
     registered = rc == 0;
     if (rc == 0) {
         long long v = 0;
