@@ -245,14 +245,13 @@ void rs__watchdog_stop(rs_client_t *c);
 /* The watchdog's counters since the client opened (bench/async/async.c shows that a round
  * is one pipelined round trip): rounds, renewals sent, write batches (a batch: every
  * command of a round written before its first reply is read; a reload after NOSCRIPT adds
- * one), the last round's duration. Rounds on one connection (single server, Sentinel; per
- * node under Cluster); Redlock's rounds (rlround.c) are not counted. */
+ * one), the last round's start (rs__now_ns) and duration. Write batches on one connection
+ * (single server, Sentinel; per node under Cluster); Redlock's (rlround.c) are not counted. */
 typedef struct rs_wd_stats {
     atomic_ulong rounds, renewals, batches;
-    _Atomic uint64_t last_round_ns;
+    _Atomic uint64_t last_start_ns, last_round_ns;
 } rs_wd_stats_t;
-void rs__watchdog_stats(rs_client_t *c, unsigned long *rounds, unsigned long *renewals,
-                        unsigned long *batches, uint64_t *last_round_ns);
+void rs__watchdog_stats(rs_client_t *c, rs_wd_stats_t *out);
 void rs__watchdog_forget(rs_client_t *c); /* in a fork child: free without the thread */
 /* Drift allowance subtracted from every local deadline. */
 uint64_t rs__drift_ns(long lease_ms);

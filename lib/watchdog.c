@@ -678,6 +678,7 @@ static void *watchdog_main(void *arg)
             pthread_mutex_unlock(&c->wd.mu);
             uint64_t sent = now, t0 = rs__now_ns();
             run_rounds(c, batch, res, n, &sent, cut);
+            atomic_store(&c->wd.st.last_start_ns, t0);
             atomic_store(&c->wd.st.last_round_ns, rs__now_ns() - t0);
             atomic_fetch_add(&c->wd.st.rounds, 1);
             pthread_mutex_lock(&c->wd.mu);
@@ -737,13 +738,14 @@ static void free_conns(rs_client_t *c)
         }
 }
 
-void rs__watchdog_stats(rs_client_t *c, unsigned long *rounds, unsigned long *renewals,
-                        unsigned long *batches, uint64_t *last_round_ns)
+void rs__watchdog_stats(rs_client_t *c, rs_wd_stats_t *out)
 {
-    *rounds = atomic_load(&c->wd.st.rounds);
-    *renewals = atomic_load(&c->wd.st.renewals);
-    *batches = atomic_load(&c->wd.st.batches);
-    *last_round_ns = atomic_load(&c->wd.st.last_round_ns);
+    /* rounds last: read after a round ends, the others are that round's */
+    atomic_store(&out->rounds, atomic_load(&c->wd.st.rounds));
+    atomic_store(&out->renewals, atomic_load(&c->wd.st.renewals));
+    atomic_store(&out->batches, atomic_load(&c->wd.st.batches));
+    atomic_store(&out->last_start_ns, atomic_load(&c->wd.st.last_start_ns));
+    atomic_store(&out->last_round_ns, atomic_load(&c->wd.st.last_round_ns));
 }
 
 void rs__watchdog_stop(rs_client_t *c)

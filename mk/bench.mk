@@ -50,10 +50,14 @@
 #                     CLUSTER_ARGS='SECONDS PROCS [OUT]' (default '3 8')
 #
 #   make bench        also runs build/redisync-bench-async (or alone: make bench-async): one
-#                     loop thread's rs_mutex_acquire_async + rs_hold_release_async on 64 names
+#                     loop thread's rs_mutex_acquire_async + rs_hold_release_async on 256 names
 #                     against blocking lock+unlock on one thread, same run (issue 16's 3x
-#                     target as PASS/MISS), heap bytes per pending request and the thread
-#                     count while 10,000 wait (bench/async/async.c); ASYNC_ARGS='PAIRS PENDING'
+#                     target as PASS/MISS), heap bytes per pending request (about 660 since
+#                     the built queue-entry leases, 1,380 before; target 512: MISS), the
+#                     thread count while 10,000 wait, and the watchdog's round with 10,000
+#                     queue entries: rounds per period, write batches per round, renewals per
+#                     round, its duration against one PING (one batch a round: PASS)
+#                     (bench/async/async.c); ASYNC_ARGS='PAIRS PENDING'
 #
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
