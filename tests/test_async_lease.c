@@ -1,0 +1,157 @@
+/*
+ * test_async_lease.c - the queue entries of pending requests (suite "async"): leases built
+ * from the request's id and the name's key alone (rs__call_lease_built), renewed by the
+ * client's watchdog in its one pipelined round (shared helpers in test_async.h):
+ *   entries_renewed_in_one_batch  100 requests pending through several queue-entry leases:
+ *                                 every entry still queued, each watchdog round one write
+ *                                 batch (rs__watchdog_stats) with the 100 renewals in it, the
+ *                                 server's EVALSHAs meanwhile those renewals alone (a renewal
+ *                                 that failed would make its request ask again), then
+ *                                 granted one after the other
+ *   entry_lease_outlives_handle   20 times: requests pending, then cancelled and their handle
+ *                                 destroyed while the watchdog may be renewing their entries
+ *                                 (under ASan: a renewal rebuilds the call from the lease,
+ *                                 never from the handle)
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h" /* rs__watchdog_stats */
+#include "redis_server.h"
+#include "redisync.h"
+#include "test_assert.h"
+#include "test_util.h"
+#include "test_async.h"
+
+#define NPEND 100
+
+typedef struct wd_now {
+    unsigned long rounds, renewals, batches;
+} wd_now_t;
+
+static void wd_now(rs_client_t *c, wd_now_t *w)
+{
+    rs_wd_stats_t st;
+    rs__watchdog_stats(c, &st);
+    w->rounds = atomic_load(&st.rounds);
+    w->renewals = atomic_load(&st.renewals);
+    w->batches = atomic_load(&st.batches);
+}
+
+/* Waits (at most 10 s) until a watchdog round ends, then reads the counters. */
+static void after_round(rs_client_t *c, wd_now_t *w)
+{
+    wd_now(c, w);
+    unsigned long r0 = w->rounds;
+    long long end = tu_mono_ms() + 10000;
+    while (w->rounds == r0 && tu_mono_ms() < end) {
+        usleep(1000);
+        wd_now(c, w);
+    }
+    cr_assert_neq(w->rounds, r0, "no watchdog round within 10 s");
+}
+
+Test(async, entries_renewed_in_one_batch)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    /* queue entries of 1 s: renewed every 333 ms; gone 2 s after their last renewal */
+    rs_client_t *c = tu_open_client(&s, 1000, 0, NULL);
+    rs_client_t *c2 = tu_open_client(&s, 60000, 0, NULL);
+    rs_mutex_t *m, *m2;
+    cr_assert_eq(rs_mutex_init(&m, c, "ren"), 0);
+    cr_assert_eq(rs_mutex_init(&m2, c2, "ren"), 0);
+    rs_hold_t *h;
+    cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0, "%s", rs_client_lasterror(c2));
+    static tally_t t;
+    memset(&t, 0, sizeof t);
+    static treq_t r[NPEND];
+    rs_request_t *req;
+    for (int i = 0; i < NPEND; i++) {
+        r[i].t = &t;
+        r[i].i = i;
+        cr_assert_eq(rs_mutex_acquire_async(m, NULL, tally_done, &r[i], &req), 0, "%s",
+                     rs_client_lasterror(c));
+    }
+    cr_assert(tu_wait_zcard(&s, "mutex", "ren", NPEND, 10000), "queued: %lld",
+              tu_zcard_q(&s, "mutex", "ren"));
+    /* three rounds first: entries queued over more than two thirds of a period start in two
+     * groups, which the next rounds join */
+    wd_now_t w0, w1;
+    for (int i = 0; i < 3; i++)
+        after_round(c, &w0);
+    long long e0 = ts_info_ll(&s, "commandstats", "cmdstat_evalsha", "calls");
+    usleep(2500 * 1000); /* past the entries' 2 s without a renewal */
+    after_round(c, &w1);
+    long long e1 = ts_info_ll(&s, "commandstats", "cmdstat_evalsha", "calls");
+    unsigned long rounds = w1.rounds - w0.rounds, batches = w1.batches - w0.batches;
+    unsigned long renewals = w1.renewals - w0.renewals;
+    cr_expect_geq(rounds, 3, "%lu rounds in 2.5 s of 333 ms periods", rounds);
+    cr_expect_eq(batches, rounds, "%lu write batches in %lu rounds: one each", batches, rounds);
+    /* every entry in every round (a round may find a few entries out of step, once) */
+    cr_expect_geq(renewals, (unsigned long)NPEND * (rounds - 1), "%lu renewals in %lu rounds",
+                  renewals, rounds);
+    /* the holder's lease is 60 s: no renewal of it, and no waiter's nap ends, meanwhile */
+    cr_expect_eq(e1 - e0, (long long)renewals, "%lld EVALSHAs for %lu renewals", e1 - e0,
+                 renewals);
+    cr_expect_eq(tu_zcard_q(&s, "mutex", "ren"), NPEND, "every entry still queued");
+    cr_expect_eq(t.ran, 0);
+
+    cr_assert_eq(rs_hold_release(h), 0);
+    cr_assert(loop_until(c, &t.ran, NPEND, 30000), "%d of %d done", t.ran, NPEND);
+    cr_expect_eq(t.ok, NPEND, "errors: %d (last %d)", t.errs, t.last_rc);
+    cr_expect_eq(t.overlap, 0, "grants overlapped");
+    cr_expect_eq(rs_mutex_destroy(m), 0);
+    cr_expect_eq(rs_mutex_destroy(m2), 0);
+    rs_client_close(c2);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+#define NOUT 50
+
+Test(async, entry_lease_outlives_handle)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    /* entries of 300 ms: a watchdog round every 100 ms */
+    rs_client_t *c = tu_open_client(&s, 300, 0, NULL);
+    rs_client_t *c2 = tu_open_client(&s, 60000, 0, NULL);
+    rs_mutex_t *m2;
+    cr_assert_eq(rs_mutex_init(&m2, c2, "out"), 0);
+    rs_hold_t *h;
+    cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0, "%s", rs_client_lasterror(c2));
+    static tally_t t;
+    static treq_t r[NOUT];
+    static rs_request_t *req[NOUT];
+    for (int round = 0; round < 20; round++) {
+        rs_mutex_t *m;
+        cr_assert_eq(rs_mutex_init(&m, c, "out"), 0);
+        memset(&t, 0, sizeof t);
+        for (int i = 0; i < NOUT; i++) {
+            r[i].t = &t;
+            r[i].i = i;
+            cr_assert_eq(rs_mutex_acquire_async(m, NULL, tally_done, &r[i], &req[i]), 0,
+                         "%s", rs_client_lasterror(c));
+        }
+        cr_assert(tu_wait_zcard(&s, "mutex", "out", NOUT, 10000), "queued: %lld",
+                  tu_zcard_q(&s, "mutex", "out"));
+        usleep((useconds_t)(50 + round * 5) * 1000); /* into the rounds, at varying points */
+        for (int i = 0; i < NOUT; i++)
+            cr_assert_eq(rs_request_cancel(req[i]), 0);
+        cr_assert(loop_until(c, &t.ran, NOUT, 10000), "%d of %d done", t.ran, NOUT);
+        cr_expect_eq(t.errs, NOUT);
+        cr_expect_eq(t.last_rc, ECANCELED);
+        /* done ran: the handle goes at once, its entries' leases may still be in a round */
+        cr_assert_eq(rs_mutex_destroy(m), 0, "%s", rs_client_lasterror(c));
+    }
+    cr_expect_eq(tu_zcard_q(&s, "mutex", "out"), 0, "entries left in the queue");
+    cr_assert_eq(rs_hold_release(h), 0);
+    cr_expect_eq(rs_mutex_destroy(m2), 0);
+    rs_client_close(c2);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
