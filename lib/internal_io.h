@@ -173,6 +173,12 @@ int rs__eval(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *a
  * Redis ran it (the retries before it, TRYAGAIN, LOADING, a reconnect, came earlier). */
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                      redisReply **out, long long *acked, uint64_t *sent_ns);
+/* rs__eval_confirm whose first send was made already on pre at pre_sent (only its reply is
+ * read; cond.c writes a woken waiter's re-acquisition from the subscriber thread); pre is
+ * returned to the pool. Without confirm (min_replicas 0) and outside Cluster only. */
+int rs__eval_pre(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                 redisReply **out, long long *acked, uint64_t *sent_ns, rs_conn_t *pre,
+                 uint64_t pre_sent);
 /* How many script calls this thread has sent (each send of rs__eval_confirm counts, its
  * retries too): a caller that compares the count around one call learns whether it was
  * re-sent, i.e. whether a lost reply may have let the script run twice. */

@@ -140,6 +140,13 @@ unsigned rs__eval_sends(void)
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                      redisReply **out, long long *acked, uint64_t *sent_ns)
 {
+    return rs__eval_pre(c, s, nkeys, args, out, acked, sent_ns, NULL, 0);
+}
+
+int rs__eval_pre(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                 redisReply **out, long long *acked, uint64_t *sent_ns, rs_conn_t *pre,
+                 uint64_t pre_sent)
+{
     int confirm = acked && c->min_replicas > 0;
     long long ack_local;
     if (!acked)
@@ -155,6 +162,26 @@ int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
     for (;;) {
         rs_conn_t *k;
         int node = -1, asking = ask_node >= 0;
+        if (pre) {
+            /* sent already (cond.c's re-acquisition, written when the wake-up arrived):
+             * only its reply is read; anything but a plain answer goes on as below */
+            redisReply *r = NULL;
+            k = pre;
+            pre = NULL;
+            eval_sends++;
+            if (rs__ctx_read(k->ctx, &r) == 0 && r->type != REDIS_REPLY_ERROR) {
+                rs__conn_put(c, k, 0);
+                *out = r;
+                if (sent_ns)
+                    *sent_ns = pre_sent;
+                return 0;
+            }
+            /* broken, or an error reply (NOSCRIPT...): sent again the ordinary way */
+            if (r)
+                freeReplyObject(r);
+            rs__conn_put(c, k, r == NULL);
+            continue;
+        }
         if (asking)
             node = ask_node;
         else if (cluster && nkeys > 0) {
