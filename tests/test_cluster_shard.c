@@ -30,7 +30,11 @@
  *                            the watchdog's renewals, each confirmed by a write and WAIT, send
  *                            nothing over the cluster bus (a PUBLISH as that write was copied
  *                            to the 5 other nodes and, not replicated, left WAIT nothing to
- *                            wait for), the write being a SET of PREFIX:{NAME}:sync
+ *                            wait for), the write being a SET of PREFIX:{NAME}:sync; then a
+ *                            handoff while the slot's replica is stopped (SIGSTOP): the
+ *                            woken waiter's confirmation is not taken for replicated
+ *                            (RS_EREPL; the mutex's "already yours" answer writes, so this
+ *                            held with the PUBLISH too: it guards the confirmation itself)
  * Without the re-subscription a waiter's wake-up after a move is published where nobody
  * listens, and it sleeps the holder's whole lease (WAITER_LEASE_MS) before it retries.
  */
@@ -509,6 +513,40 @@ Test(cluster_shard, min_replicas_sync_stays_in_the_shard)
     cr_log_info("min_replicas 1: %lld bus publish messages, %lld SET", pub, sets);
     cr_expect_eq(pub, 0, "confirmations crossed the cluster bus (%lld publish messages)", pub);
     cr_expect_geq(sets, 16, "%lld SET: the confirmations did not write in the slot", sets);
+    /* a handoff while the replica of the name's master is stopped */
+    rs_client_t *b = NULL;
+    cfg.replica_timeout_ms = 300;
+    cr_assert_eq(rs_client_open(&b, &cfg), 0, "open: %s", rs_client_lasterror(NULL));
+    waiter_t w = {.c = b};
+    cr_assert_eq(rs_mutex_init(&w.m, b, "s1"), 0);
+    char hkey[96];
+    snprintf(hkey, sizeof hkey, "%s:{s1}:mutex", prefix);
+    int master = ts_cluster_owner(nodes, 6, (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", hkey));
+    cr_assert_geq(master, 0);
+    int replica = -1;
+    for (int i = 0; i < 6 && replica < 0; i++) {
+        char buf[4096], want[32];
+        snprintf(want, sizeof want, "master_port:%d", nodes[master].port);
+        if (i != master && ts_cmd_str(&nodes[i], buf, sizeof buf, "INFO replication") &&
+            strstr(buf, want))
+            replica = i;
+    }
+    cr_assert_geq(replica, 0, "no replica of node %d", master);
+    cr_assert_eq(rs_mutex_lock(m[1]), 0, "lock: %s", rs_client_lasterror(c));
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, waiter_main, &w), 0);
+    wait_queued(nodes, 6, prefix, "s1", 1);
+    tu_sleep_ms(300); /* the queue entry's write reaches the replica */
+    ts_server_pause(&nodes[replica]);
+    rs_mutex_unlock(m[1]);
+    int joined = tu_thread_join(th, &w.done, 20000);
+    ts_server_resume(&nodes[replica]);
+    cr_assert(joined, "the waiter never returned");
+    cr_expect_eq(w.rc, RS_EREPL, "the handed-over hold was reported held (%d: %s) while the "
+                 "replica was stopped", w.rc, w.err);
+    rs_mutex_destroy(w.m);
+    rs_client_close(b);
+
     char key[96];
     snprintf(key, sizeof key, "%s:{s0}:sync", prefix);
     int slot = (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key);
