@@ -126,3 +126,43 @@ int report_print(const scenario_t *scenarios, int nscen, const result_t *res, co
     free(all);
     return failed;
 }
+
+void apend_add(result_t *r, int kind, int slot, long pending)
+{
+    if (r->napend < (int)(sizeof r->apend / sizeof r->apend[0])) {
+        r->apend[r->napend].kind = kind;
+        r->apend[r->napend].slot = slot;
+        r->apend[r->napend++].pending = pending;
+    }
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? -1 : x > y;
+}
+
+void async_report(redisContext *ck, const result_t *r)
+{
+    printf("   async: requests pending in the process at each kill -9 / SIGSTOP of an "
+           "event-loop worker (%d):\n     ", r->napend);
+    long v[64];
+    for (int i = 0; i < r->napend; i++) {
+        printf("%s w%d %ld%s", fault_names[r->apend[i].kind], r->apend[i].slot,
+               r->apend[i].pending, i + 1 < r->napend ? (i % 5 == 4 ? ",\n     " : ", ") : "\n");
+        v[i] = r->apend[i].pending;
+    }
+    if (r->napend) {
+        qsort(v, (size_t)r->napend, sizeof *v, cmp_long);
+        printf("     pending at the fault: min %ld, median %ld, max %ld\n", v[0],
+               v[r->napend / 2], v[r->napend - 1]);
+    } else {
+        printf("(none)\n");
+    }
+    redisReply *x = ck_cmd(ck, "HGETALL aout");
+    printf("   async: requests ended:");
+    for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i + 1 < x->elements; i += 2)
+        printf(" %s %s", x->element[i]->str, x->element[i + 1]->str);
+    printf("\n");
+    freeReplyObject(x);
+}
