@@ -104,7 +104,7 @@ static const scenario_t scenarios[] = {
      * SIGSTOP past the lease, most of them aimed at the event-loop workers (schedule.c,
      * pick_target): I1-I4, I6 for their grants as for every section. One data server: the
      * event-loop API is not offered under redlock://, redis-cluster:// or min_replicas */
-    {"mutex-async",  P_MUTEX,  1,  8,    10,  800,  400,    ASYNC_FAULTS,                     4,  0,  0,    0,    0, 0, 0, 0, 0, 0, 3},
+    {"mutex-async",  P_MUTEX,  1,  8,    10,  800,  400,    ASYNC_FAULTS,                     6,  0,  0,    0,    0, 0, 0, 0, 0, 0, 3},
 };
 #define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 
