@@ -7,8 +7,10 @@
  * names, next to the blocking workers of the other slots on the same names, so that most of
  * them wait in the names' queues in Redis. Each request is one of
  *
- *   plain   deadline LOCK_BOUND_MS (ETIMEDOUT there is a liveness failure, as for the
- *           blocking workers' lock)
+ *   plain   deadline ASYNC_BOUND_MS (ETIMEDOUT there is a liveness failure, as for the
+ *           blocking workers' lock; 5 s above their bound: when the process itself is
+ *           stopped past the lease, each of its hundreds of requests waits out the stop,
+ *           then, its queue entries having expired, the whole line again)
  *   short   deadline 20-600 ms: ETIMEDOUT or a grant
  *   cancel  no deadline; rs_request_cancel 0-300 ms after it was made: ECANCELED, or a grant
  *           that came first
@@ -38,6 +40,8 @@
 #include <unistd.h>
 
 #include "worker.h"
+
+#define ASYNC_BOUND_MS (LOCK_BOUND_MS + 5000)
 
 enum { K_PLAIN, K_SHORT, K_CANCEL };
 enum { S_FREE, S_PENDING, S_HELD, S_RELEASING };
@@ -210,7 +214,7 @@ static void submit(areq_t *q)
     q->ni = (int)rnd_range(&w->rng, 0, w->names - 1);
     long r = rnd_range(&w->rng, 0, 99);
     q->kind = r < 70 ? K_PLAIN : r < 90 ? K_SHORT : K_CANCEL;
-    struct timespec dl = abs_in_ms(q->kind == K_PLAIN ? LOCK_BOUND_MS : rnd_range(&w->rng, 20, 600));
+    struct timespec dl = abs_in_ms(q->kind == K_PLAIN ? ASYNC_BOUND_MS : rnd_range(&w->rng, 20, 600));
     q->t_req = now_us();
     if (q->kind == K_CANCEL)
         q->due = q->t_req + rnd_range(&w->rng, 0, 300) * 1000;
