@@ -8,7 +8,8 @@
  *   inject.c   the faults themselves (processes and the data redis-server)
  *   worker.c   one worker process ("redisync-faults --worker ..."): critical sections on
  *              the data server, recorded on the checker (worker_sync.c: once and barrier;
- *              worker_cond.c: the condition variable's producers and consumers)
+ *              worker_cond.c: the condition variable's producers and consumers;
+ *              worker_async.c: the mutex through the event-loop API, hundreds pending)
  *   check.c    the invariants, computed from what the workers recorded on the checker
  *   checker.c  the checker's scripts and the small hiredis helpers every part uses
  *   topology.c the deployments a scenario runs on (Sentinel, Redlock masters)

@@ -9,7 +9,8 @@
  * tests/network/run.sh creates for them (make test-network).
  *
  * For each scenario (one per primitive, once, barrier and cond included, the mutex twice: with and
- * without persistence, and once more on a Sentinel deployment) the driver starts a data redis-server (appendonly yes +
+ * without persistence, and once more on a Sentinel deployment, and once through the event-loop
+ * API: mutex-async, worker_async.c) the driver starts a data redis-server (appendonly yes +
  * appendfsync always, or no persistence at all; for mutex-failover a master, two replicas
  * and three sentinels, with SENTINEL FAILOVER among the faults and WAIT-confirmed holds)
  * and forks >= 8 worker processes (worker.c: this same program with

@@ -1,7 +1,8 @@
 /*
  * worker.h - what the worker's files share (worker.c: the sections of the locks and the
- * latch's rounds; worker_sync.c: once's runs and the barrier's generations): the worker's
- * state and its calls on the checker.
+ * latch's rounds; worker_sync.c: once's runs and the barrier's generations; worker_cond.c:
+ * the condition variable; worker_async.c: the event-loop workers): the worker's state and
+ * its calls on the checker.
  */
 #ifndef RS_FAULTS_WORKER_H
 #define RS_FAULTS_WORKER_H
