@@ -41,8 +41,9 @@ static void note_pending(run_t *R, int k, int i)
 {
     if (!SLOT_ASYNC(R, i))
         return;
-    long p = (long)ck_int(R->ck, "GET pend:%d", i);
-    apend_add(R->res, k, i, p);
+    long p = (long)ck_int(R->ck, "GET pend:%d", i); /* -1: a new worker not counted yet */
+    if (p >= 0)
+        apend_add(R->res, k, i, p);
     size_t dl = strlen(R->last_detail);
     snprintf(R->last_detail + dl, sizeof R->last_detail - dl, " (async, %ld pending)", p);
 }
@@ -82,7 +83,8 @@ int inject(run_t *R)
             freeReplyObject(ck_cmd(R->ck, "SET cmd:%d %s", i, k == F_KILL_HOLDER ? "kill" : "stop"));
             return k; /* counted when the worker carries it out (its "ev" record) */
         case F_KILL_WAITER:
-            if ((i = pick_target(R, sc->prim != P_LATCH, sc->prim == P_LATCH ? sc->latch_count : 0)) < 0)
+            if ((i = pick_target(R, sc->prim != P_LATCH,
+                                 sc->prim == P_LATCH ? sc->latch_count : 0)) < 0)
                 continue;
             snprintf(R->last_detail, sizeof R->last_detail, " w%d", i);
             note_pending(R, k, i);

@@ -214,7 +214,8 @@ static void submit(areq_t *q)
     q->ni = (int)rnd_range(&w->rng, 0, w->names - 1);
     long r = rnd_range(&w->rng, 0, 99);
     q->kind = r < 70 ? K_PLAIN : r < 90 ? K_SHORT : K_CANCEL;
-    struct timespec dl = abs_in_ms(q->kind == K_PLAIN ? ASYNC_BOUND_MS : rnd_range(&w->rng, 20, 600));
+    long ms = q->kind == K_PLAIN ? ASYNC_BOUND_MS : rnd_range(&w->rng, 20, 600);
+    struct timespec dl = abs_in_ms(ms);
     q->t_req = now_us();
     if (q->kind == K_CANCEL)
         q->due = q->t_req + rnd_range(&w->rng, 0, 300) * 1000;

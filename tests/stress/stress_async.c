@@ -440,8 +440,8 @@ static void *blocking_main(void *arg)
 /* ---- close with requests pending ---------------------------------------------------------- */
 
 /* Submits what cannot complete before the close (holds of main's block name 0, the rwlock
- * and the semaphore; the shut latch is never opened) plus a release; then closes the client and checks every done ran,
- * inside the close. */
+ * and the semaphore; the shut latch is never opened) plus a release; then closes the client
+ * and checks every done ran, inside the close. */
 static void close_pending(client_t *cl)
 {
     int first = cl->used;
