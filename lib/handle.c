@@ -235,6 +235,8 @@ static void call_init(rs_call_t *k, rs_handle_t *h, const char *acqid, uint64_t 
     k->rl_ticket = k->rl_seen = 0;
     k->rl_attempt = 0;
     k->rl_recheck_ms = 0;
+    k->pre = NULL; /* cond.c sets it for one attempt */
+    k->pre_sent = 0;
     /* keys 1..: the main key, ':', the suffix (rs__handle_init checked that they fit) */
     size_t off = 0;
     for (int i = 1; i < h->nkeys; i++) {
@@ -432,7 +434,10 @@ static int run_acquiring(rs_call_t *k, const char *op, const char *mode, rs_atte
     /* the lease counts from the send of the call Redis answered, not from the first try: a
      * call that waited out TRYAGAIN (a slot half-way through a migration) for longer than
      * the lease was taken for a hold lost at its grant */
-    int rc = rs__eval_confirm(c, k->h->script, k->h->nkeys, &v, &r, &acked, &out->sent_ns);
+    rs_conn_t *pre = k->pre; /* this attempt's call was sent already (cond.c) */
+    k->pre = NULL;
+    int rc = rs__eval_pre(c, k->h->script, k->h->nkeys, &v, &r, &acked, &out->sent_ns, pre,
+                          k->pre_sent);
     if (rc)
         return rc;
     rc = rs__decode_grant(k, r, out);
@@ -532,17 +537,24 @@ void rs__hold_discard(rs_hold_t *hold)
 
 int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out)
 {
-    rs_client_t *c = k->h->c;
-    *out = NULL;
     /* allocate before asking Redis, so that a grant never meets ENOMEM */
     rs_hold_t *hold;
+    *out = NULL;
     if (rs__hold_new(k, &hold) != 0)
         return ENOMEM;
+    return rs__acquire_with(k, try_only, deadline, NULL, hold, out);
+}
+
+int rs__acquire_with(rs_call_t *k, int try_only, uint64_t deadline, rs_waiter_t *w,
+                     rs_hold_t *hold, rs_hold_t **out)
+{
+    rs_client_t *c = k->h->c;
+    *out = NULL;
     rs_attempt_t at;
     const rs_acquire_ops_t *ops = c->ep.mode == RS_MODE_REDLOCK ? &rs__rl_ops : &generic_ops;
-    int rc = rs__wait_acquire_key(c, ops, k, k->acqid,
-                                  c->ep.mode == RS_MODE_CLUSTER ? k->h->key[0] : NULL, try_only,
-                                  deadline, &at);
+    int rc = rs__wait_acquire_with(c, ops, k, k->acqid,
+                                   c->ep.mode == RS_MODE_CLUSTER ? k->h->key[0] : NULL,
+                                   try_only, deadline, w, &at);
     if (rc == 0 && at.done) {
         rs__hold_discard(hold); /* *out stays NULL: done, nothing held */
         return 0;

@@ -279,6 +279,9 @@ typedef struct rs_waiter {
      * (and maybe the watchdog's wd.mu): it must only hand the wake-up on, never block. */
     void (*on_wake)(struct rs_waiter *w);
     void *arg;
+    /* A sleeping waiter's hook (cond.c), called with nt.mu held when a message with details
+     * wakes it, before it is signalled: set with rs__notify_arm; it must never block. */
+    void (*on_msg)(struct rs_waiter *w);
 } rs_waiter_t;
 /* Registers w under an acquisition id or a watched topic (the caller keeps id, topic and
  * cv, which this initializes and rs__notify_end destroys, alive until rs__notify_end),
@@ -302,6 +305,8 @@ int rs__notify_sleep(rs_client_t *c, rs_waiter_t *w, uint64_t until_ns);
  * notifier may write it again while the waiter reads). */
 void rs__notify_msg(rs_client_t *c, rs_waiter_t *w, char *buf, size_t len);
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w);
+/* Sets w's on_msg hook (arg in w->arg) under nt.mu; NULL disarms it. */
+void rs__notify_arm(rs_client_t *c, rs_waiter_t *w, void (*on_msg)(rs_waiter_t *w), void *arg);
 /* Callback waiters (w->on_wake set, w->id filled, no cv): registers w at once, starting the
  * subscriber if need be but never waiting for it (rs__notify_ready says when it is
  * subscribed; the confirmation pokes every waiter RS_WAKE_RETRY). 0, EAGAIN, ECANCELED. */
@@ -376,6 +381,10 @@ int rs__wait_acquire(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx, con
 int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
                          const char *acqid, const char *key, int try_only,
                          uint64_t deadline_ns, rs_attempt_t *out);
+/* The same on a waiter the caller registered under acqid (w NULL: one of its own). */
+int rs__wait_acquire_with(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
+                          const char *acqid, const char *key, int try_only,
+                          uint64_t deadline_ns, rs_waiter_t *w, rs_attempt_t *out);
 /* Waits for an event announced on channel topic (e.g. a latch opening): check(ctx) returns
  * 0 when the event has happened, 1 when not yet, or -error. It runs once, then again after
  * the topic is subscribed, after every message on it or poke, and every recheck_ms (which
@@ -541,6 +550,10 @@ typedef struct rs_call {
     unsigned rl_attempt; /* Redlock: the acquisition's rounds so far (mutex.lua ARGV[11]) */
     long rl_recheck_ms;
     uint64_t owner_no; /* the owner: the calling thread's number, or a hold object's own */
+    /* the first attempt's call, sent already on pre at pre_sent (cond.c's re-acquisition
+     * written by the subscriber thread): its reply is read instead of a send; NULL mostly */
+    struct rs_conn *pre;
+    uint64_t pre_sent;
 } rs_call_t;
 /* Where a built lease's call is rebuilt (rs__lease_argv): a view of its handle and a call. */
 typedef struct rs_lease_scratch {
@@ -588,6 +601,11 @@ int rs__decode_info(const char *kind, const redisReply *r, rs_info_t *out);
  * *out is a new hold (count 1, lease registered with the watchdog, renewed with op "renew",
  * released at close with op "rel") that the caller adds to its handle. */
 int rs__acquire(rs_call_t *k, int try_only, uint64_t deadline, rs_hold_t **out);
+/* The same with the hold allocated already (rs__hold_new; freed on failure) and, if w is
+ * not NULL, waiting on w (rs__notify_begin'd under k's acqid by the caller, who ends it):
+ * cond.c's re-acquisition, whose first attempt may have been sent already (k->pre). */
+int rs__acquire_with(rs_call_t *k, int try_only, uint64_t deadline, rs_waiter_t *w,
+                     rs_hold_t *hold, rs_hold_t **out);
 /* A fresh acquisition by the calling thread through h (no extra arguments), recorded in h. */
 int rs__handle_take(rs_handle_t *h, int try_only, uint64_t deadline);
 /* Ends a hold the caller already removed from its handle: unregisters its lease, runs op

@@ -38,6 +38,7 @@ struct rs_client {
     pthread_cond_t life_cv;
     int active;
     atomic_int closing;
+    atomic_uint cond_presends; /* cond.c: re-acquisitions the subscriber sent (for tests) */
 
     /* topology (topology.c) */
     atomic_uint topo_gen;     /* bumped when the master moved */

@@ -173,6 +173,24 @@ int rs__eval(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *a
  * Redis ran it (the retries before it, TRYAGAIN, LOADING, a reconnect, came earlier). */
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                      redisReply **out, long long *acked, uint64_t *sent_ns);
+/* The write that goes before a WAIT so that WAIT covers everything the master did before
+ * it (a script that wrote nothing itself, a grant made by another client's script): outside
+ * Cluster PUBLISH CHANNEL:sync "" (replicated, no key); in a Cluster, where a PUBLISH is not
+ * replicated but copied over the bus to every node, SET PREFIX:{NAME}:sync "" PX 1000 in the
+ * slot of key (PREFIX:{NAME}:..., a key of the same node). */
+typedef struct rs_sync_cmd {
+    int n;
+    const char *v[5];
+    size_t len[5];
+    char arg[256];
+} rs_sync_cmd_t;
+void rs__sync_cmd(rs_client_t *c, const char *key, size_t klen, rs_sync_cmd_t *out);
+/* rs__eval_confirm whose first send was made already on pre at pre_sent (only its reply is
+ * read; cond.c writes a woken waiter's re-acquisition from the subscriber thread); pre is
+ * returned to the pool. Without confirm (min_replicas 0) and outside Cluster only. */
+int rs__eval_pre(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                 redisReply **out, long long *acked, uint64_t *sent_ns, rs_conn_t *pre,
+                 uint64_t pre_sent);
 /* How many script calls this thread has sent (each send of rs__eval_confirm counts, its
  * retries too): a caller that compares the count around one call learns whether it was
  * re-sent, i.e. whether a lost reply may have let the script run twice. */

@@ -54,10 +54,13 @@ void rs__notify_poke_locked(rs_waiter_t *w, int wake)
     if (w->wake == RS_WAKE_CANCEL)
         return;
     w->wake = wake;
-    if (w->on_wake)
+    if (w->on_wake) {
         w->on_wake(w); /* a request of lib/async.c: its I/O thread takes the wake-up */
-    else
-        pthread_cond_signal(w->cv);
+        return;
+    }
+    if (wake == RS_WAKE_MSG && w->on_msg && w->msg[0])
+        w->on_msg(w); /* cond.c: sends the re-acquisition while the waiter wakes up */
+    pthread_cond_signal(w->cv);
 }
 
 struct rs_watch {
@@ -504,6 +507,14 @@ void rs__notify_end(rs_client_t *c, rs_waiter_t *w)
 {
     rs__notify_remove(c, w);
     pthread_cond_destroy(w->cv);
+}
+
+void rs__notify_arm(rs_client_t *c, rs_waiter_t *w, void (*on_msg)(rs_waiter_t *w), void *arg)
+{
+    pthread_mutex_lock(&c->nt.mu);
+    w->on_msg = on_msg;
+    w->arg = arg;
+    pthread_mutex_unlock(&c->nt.mu);
 }
 
 void rs__notify_poke(rs_client_t *c, rs_waiter_t *w, int wake)

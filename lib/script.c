@@ -75,35 +75,57 @@ int rs__script_load(rs_client_t *c, redisContext *ctx, const rs_script_t *s)
     return rc;
 }
 
+void rs__sync_cmd(rs_client_t *c, const char *key, size_t klen, rs_sync_cmd_t *out)
+{
+    if (c->ep.mode == RS_MODE_CLUSTER && key) {
+        /* the key's hash tag, PREFIX:{NAME}, and ":sync": the same slot */
+        const char *open = memchr(key, '{', klen);
+        const char *close = open ? memchr(open + 1, '}', klen - (size_t)(open + 1 - key)) : NULL;
+        size_t tl = close ? (size_t)(close + 1 - key) : klen;
+        snprintf(out->arg, sizeof out->arg, "%.*s:sync", (int)(tl < 200 ? tl : 200), key);
+        out->n = 5;
+        out->v[0] = "SET", out->len[0] = 3;
+        out->v[2] = "", out->len[2] = 0;
+        out->v[3] = "PX", out->len[3] = 2;
+        out->v[4] = "1000", out->len[4] = 4;
+    } else {
+        snprintf(out->arg, sizeof out->arg, "%s:sync", c->channel);
+        out->n = 3;
+        out->v[0] = "PUBLISH", out->len[0] = 7;
+        out->v[2] = "", out->len[2] = 0;
+    }
+    out->v[1] = out->arg;
+    out->len[1] = strlen(out->arg);
+}
+
 /* Sends EVALSHA on ctx, in one round trip with what goes with it: ASKING in front when
- * asking (a Cluster ASK redirection), and with confirm PUBLISH CHANNEL:sync and WAIT behind,
- * WAIT's count going to *acked (-1 if WAIT failed). The PUBLISH is a write of this
- * connection made after the script, so WAIT covers everything the master had done before
- * it, the script's writes or a grant made by another client's script alike; without it, a
- * script that wrote nothing (a retried call, a grant found already made) would leave WAIT
- * nothing to wait for. 0 or RS_ECONN (the context is broken). */
+ * asking (a Cluster ASK redirection), and with confirm the write of rs__sync_cmd (ASKING
+ * again in front of it when asking) and WAIT behind, WAIT's count going to *acked (-1 if
+ * WAIT failed). 0 or RS_ECONN (the context is broken). */
 static int run_on(rs_client_t *c, redisContext *ctx, rs_argv_t *av, int asking, int confirm,
                   redisReply **out, long long *acked)
 {
     if (!confirm && !asking)
         return rs__ctx_command(ctx, av->n, av->v, av->len, out);
-    char chan[256], n[16], t[24];
-    snprintf(chan, sizeof chan, "%s:sync", c->channel);
+    char n[16], t[24];
+    rs_sync_cmd_t sc;
+    rs__sync_cmd(c, av->n > 3 ? av->v[3] : NULL, av->n > 3 ? av->len[3] : 0, &sc);
     snprintf(n, sizeof n, "%d", c->min_replicas);
     snprintf(t, sizeof t, "%ld", c->replica_timeout_ms);
     const char *kv[1] = {"ASKING"};
     size_t kl[1] = {6};
-    const char *pv[3] = {"PUBLISH", chan, ""};
-    size_t pl[3] = {7, strlen(chan), 0};
     const char *wv[3] = {"WAIT", n, t};
     size_t wl[3] = {4, strlen(n), strlen(t)};
     *out = NULL;
+    int ask_sync = confirm && asking;
     if ((asking && rs__ctx_append(ctx, 1, kv, kl) != 0) ||
         rs__ctx_append(ctx, av->n, av->v, av->len) != 0 ||
-        (confirm && (rs__ctx_append(ctx, 3, pv, pl) != 0 || rs__ctx_append(ctx, 3, wv, wl) != 0)))
+        (ask_sync && rs__ctx_append(ctx, 1, kv, kl) != 0) ||
+        (confirm && (rs__ctx_append(ctx, sc.n, sc.v, sc.len) != 0 ||
+                     rs__ctx_append(ctx, 3, wv, wl) != 0)))
         return RS_ECONN;
-    int nr = 1 + asking + 2 * confirm;
-    redisReply *r[4] = {NULL, NULL, NULL, NULL};
+    int nr = 1 + asking + 2 * confirm + ask_sync;
+    redisReply *r[5] = {NULL, NULL, NULL, NULL, NULL};
     for (int i = 0; i < nr; i++)
         if (rs__ctx_read(ctx, &r[i]) != 0) {
             for (int j = 0; j < i; j++)
@@ -140,6 +162,13 @@ unsigned rs__eval_sends(void)
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                      redisReply **out, long long *acked, uint64_t *sent_ns)
 {
+    return rs__eval_pre(c, s, nkeys, args, out, acked, sent_ns, NULL, 0);
+}
+
+int rs__eval_pre(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                 redisReply **out, long long *acked, uint64_t *sent_ns, rs_conn_t *pre,
+                 uint64_t pre_sent)
+{
     int confirm = acked && c->min_replicas > 0;
     long long ack_local;
     if (!acked)
@@ -155,6 +184,26 @@ int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
     for (;;) {
         rs_conn_t *k;
         int node = -1, asking = ask_node >= 0;
+        if (pre) {
+            /* sent already (cond.c's re-acquisition, written when the wake-up arrived):
+             * only its reply is read; anything but a plain answer goes on as below */
+            redisReply *r = NULL;
+            k = pre;
+            pre = NULL;
+            eval_sends++;
+            if (rs__ctx_read(k->ctx, &r) == 0 && r->type != REDIS_REPLY_ERROR) {
+                rs__conn_put(c, k, 0);
+                *out = r;
+                if (sent_ns)
+                    *sent_ns = pre_sent;
+                return 0;
+            }
+            /* broken, or an error reply (NOSCRIPT...): sent again the ordinary way */
+            if (r)
+                freeReplyObject(r);
+            rs__conn_put(c, k, r == NULL);
+            continue;
+        }
         if (asking)
             node = ask_node;
         else if (cluster && nkeys > 0) {

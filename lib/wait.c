@@ -47,6 +47,13 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
                          const char *acqid, const char *key, int try_only,
                          uint64_t deadline_ns, rs_attempt_t *out)
 {
+    return rs__wait_acquire_with(c, ops, ctx, acqid, key, try_only, deadline_ns, NULL, out);
+}
+
+int rs__wait_acquire_with(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
+                          const char *acqid, const char *key, int try_only,
+                          uint64_t deadline_ns, rs_waiter_t *given, rs_attempt_t *out)
+{
     memset(out, 0, sizeof *out);
     if (try_only || deadline_ns <= rs__now_ns()) {
         int rc = ops->attempt(ctx, 0, out);
@@ -59,14 +66,14 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
      * without it, so a subscriber that cannot subscribe (a lossy link, no pub/sub right)
      * costs only the callers that must wait. Subscribed first, then the queued attempt, as
      * always: a wake-up is only published for an attempt that queued, so none is lost. */
-    if (!rs__notify_ready(c)) {
+    if (!given && !rs__notify_ready(c)) {
         int rc = ops->attempt(ctx, 0, out);
         if (rc != 0 || out->granted || out->done)
             return rc;
     }
-    rs_waiter_t w;
-    pthread_cond_t cv;
-    int rc = rs__waiter_begin(c, &w, &cv, acqid, key, key ? strlen(key) : 0);
+    rs_waiter_t own, *w = given ? given : &own;
+    pthread_cond_t cv; /* own's */
+    int rc = given ? 0 : rs__waiter_begin(c, w, &cv, acqid, key, key ? strlen(key) : 0);
     if (rc != 0)
         return rc;
     rs_lease_t *ql = NULL;
@@ -86,7 +93,7 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
             }
             ql = ops->queue_lease(ctx);
             if (ql) {
-                ql->waiter = &w;
+                ql->waiter = w;
                 rs__watch_add(c, ql, out->sent_ns, ql->lease_ms);
             }
         }
@@ -98,8 +105,8 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
             until = deadline_ns;
         /* a sharded channel follows its slot (our attempt may have met MOVED); the new
          * master's confirmation makes us retry */
-        rs__notify_shard_check(c, &w);
-        int wake = rs__notify_sleep(c, &w, until);
+        rs__notify_shard_check(c, w);
+        int wake = rs__notify_sleep(c, w, until);
         if (wake == RS_WAKE_MSG) {
             if (ql) {
                 uint64_t conf = rs__lease_confirmed_ns(c, ql);
@@ -110,7 +117,7 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
              * showed: one published before such an answer (a grant lost meanwhile, e.g. to
              * a restart, after which this id queued again) would otherwise be taken for the
              * later grant, with the wrong token and lease. */
-            if (ops->message(ctx, w.msg, out) && out->fence > fence_floor) {
+            if (ops->message(ctx, w->msg, out) && out->fence > fence_floor) {
                 if (c->min_replicas > 0 || c->confirm_wakeups) {
                     /* a handed-over hold is confirmed like any other: the next attempt finds
                      * it ours (a forged message finds it not ours: a retry), and with
@@ -154,7 +161,8 @@ int rs__wait_acquire_key(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx,
         else
             rs__fail(c, rc, "%s", why); /* the wait's own error, not the cancel's */
     }
-    rs__waiter_end(c, &w);
+    if (!given)
+        rs__waiter_end(c, w);
     return rc;
 }
 

@@ -340,25 +340,28 @@ static int wd_read(rs_client_t *c, redisContext *ctx, rs_lease_t **batch, int *r
     }
 }
 
-/* min_replicas > 0: a renewal counts only once WAIT (behind a PUBLISH of ours, see
- * script.c) says enough replicas have it, so that the local deadline never runs past what a
- * promoted replica would enforce. WAIT's timeout is kept under the round's socket timeout. */
-static int append_wait(rs_client_t *c, redisContext *ctx, uint64_t cut)
+/* min_replicas > 0: a renewal counts only once WAIT (behind a write of ours, rs__sync_cmd,
+ * in the slot of key, a renewed lease's) says enough replicas have it, so that the local
+ * deadline never runs past what a promoted replica would enforce. WAIT's timeout is kept
+ * under the round's socket timeout. */
+static int append_wait(rs_client_t *c, redisContext *ctx, uint64_t cut, const rs_lease_t *l)
 {
     uint64_t now = rs__now_ns();
     long io_ms = cut > now ? (long)((cut - now) / RS_NS_PER_MS) : 0;
     if (cut == RS_NO_DEADLINE)
         io_ms = 2 * c->replica_timeout_ms;
-    char chan[256], n[16], t[24];
+    char n[16], t[24];
     long wt = c->replica_timeout_ms < io_ms / 2 ? c->replica_timeout_ms : io_ms / 2;
-    snprintf(chan, sizeof chan, "%s:sync", c->channel);
+    rs_sync_cmd_t sc;
+    rs_lease_scratch_t ls;
+    size_t klen;
+    const char *key = rs__lease_key(l, &ls, &klen); /* in l's block */
+    rs__sync_cmd(c, key, klen, &sc);
     snprintf(n, sizeof n, "%d", c->min_replicas);
     snprintf(t, sizeof t, "%ld", wt > 0 ? wt : 1);
-    const char *pv[3] = {"PUBLISH", chan, ""};
-    size_t pl[3] = {7, strlen(chan), 0};
     const char *wv[3] = {"WAIT", n, t};
     size_t wl[3] = {4, strlen(n), strlen(t)};
-    if (rs__ctx_append(ctx, 3, pv, pl) != 0 || rs__ctx_append(ctx, 3, wv, wl) != 0)
+    if (rs__ctx_append(ctx, sc.n, sc.v, sc.len) != 0 || rs__ctx_append(ctx, 3, wv, wl) != 0)
         return -1;
     return 0;
 }
@@ -423,7 +426,7 @@ static void run_round(rs_client_t *c, redisContext **ctxp, int node, rs_lease_t 
             if ((full || until > *sent) && (rec = rs__rec_append(c, *ctxp, full)) < 0)
                 goto broken;
         }
-        if (confirm && append_wait(c, *ctxp, cut) != 0)
+        if (confirm && append_wait(c, *ctxp, cut, batch[0]) != 0)
             goto broken;
         /* sent whole before the first read, within the cut */
         if (rs__ctx_timeout_until(*ctxp, cut) || rs__ctx_flush(*ctxp))

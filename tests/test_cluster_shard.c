@@ -25,6 +25,16 @@
  *                            channels (the least recently used unsubscribed), and a wait on
  *                            the first name, whose channel went, subscribes it again and is
  *                            woken by the release, not by the holder's lease
+ *   min_replicas_sync_stays_in_the_shard
+ *                            3 masters + 3 replicas, min_replicas 1: lock/unlock pairs and
+ *                            the watchdog's renewals, each confirmed by a write and WAIT, send
+ *                            nothing over the cluster bus (a PUBLISH as that write was copied
+ *                            to the 5 other nodes and, not replicated, left WAIT nothing to
+ *                            wait for), the write being a SET of PREFIX:{NAME}:sync; then a
+ *                            handoff while the slot's replica is stopped (SIGSTOP): the
+ *                            woken waiter's confirmation is not taken for replicated
+ *                            (RS_EREPL; the mutex's "already yours" answer writes, so this
+ *                            held with the PUBLISH too: it guards the confirmation itself)
  * Without the re-subscription a waiter's wake-up after a move is published where nobody
  * listens, and it sleeps the holder's whole lease (WAITER_LEASE_MS) before it retries.
  */
@@ -464,4 +474,87 @@ Test(cluster_shard, channels_bounded_no_lost_wakeup, .timeout = 180)
     rs_client_close(w.c);
     cr_expect_eq(wait_channels(nodes, 3, 0), 0, "channels left after close");
     ts_cluster_stop(nodes, 3);
+}
+
+Test(cluster_shard, min_replicas_sync_stays_in_the_shard)
+{
+    ts_server_t nodes[6];
+    cr_assert_eq(ts_cluster_start_rep(nodes, 6, 1, NULL), 0);
+    char prefix[32], url[160];
+    ts_unique_prefix(prefix, sizeof prefix);
+    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
+             nodes[0].port);
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = url;
+    cfg.prefix = prefix;
+    cfg.lease_ms = 600; /* renewals every 200 ms */
+    cfg.timeout_ms = 5000;
+    cfg.min_replicas = 1;
+    cfg.replica_timeout_ms = 2000;
+    rs_client_t *c = NULL;
+    cr_assert_eq(rs_client_open(&c, &cfg), 0, "open: %s", rs_client_lasterror(NULL));
+    rs_mutex_t *m[3];
+    const char *names[3] = {"s0", "s1", "s2"};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(rs_mutex_init(&m[i], c, names[i]), 0);
+    long long pub0 = sum_info(nodes, 6, "cluster_stats_messages_publish_sent");
+    long long set0 = sum_calls(nodes, 6, "cmdstat_set");
+    for (int r = 0; r < 5; r++)
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(rs_mutex_lock(m[i]), 0, "lock: %s", rs_client_lasterror(c));
+            cr_assert_eq(rs_mutex_unlock(m[i]), 0, "unlock: %s", rs_client_lasterror(c));
+        }
+    cr_assert_eq(rs_mutex_lock(m[0]), 0, "lock: %s", rs_client_lasterror(c));
+    tu_sleep_ms(1000); /* the watchdog renews it about five times */
+    cr_expect_eq(rs_mutex_unlock(m[0]), 0, "unlock after renewals: %s", rs_client_lasterror(c));
+    long long pub = sum_info(nodes, 6, "cluster_stats_messages_publish_sent") - pub0;
+    long long sets = sum_calls(nodes, 6, "cmdstat_set") - set0;
+    cr_log_info("min_replicas 1: %lld bus publish messages, %lld SET", pub, sets);
+    cr_expect_eq(pub, 0, "confirmations crossed the cluster bus (%lld publish messages)", pub);
+    cr_expect_geq(sets, 16, "%lld SET: the confirmations did not write in the slot", sets);
+    /* a handoff while the replica of the name's master is stopped */
+    rs_client_t *b = NULL;
+    cfg.replica_timeout_ms = 300;
+    cr_assert_eq(rs_client_open(&b, &cfg), 0, "open: %s", rs_client_lasterror(NULL));
+    waiter_t w = {.c = b};
+    cr_assert_eq(rs_mutex_init(&w.m, b, "s1"), 0);
+    char hkey[96];
+    snprintf(hkey, sizeof hkey, "%s:{s1}:mutex", prefix);
+    int master = ts_cluster_owner(nodes, 6, (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", hkey));
+    cr_assert_geq(master, 0);
+    int replica = -1;
+    for (int i = 0; i < 6 && replica < 0; i++) {
+        char buf[4096], want[32];
+        snprintf(want, sizeof want, "master_port:%d", nodes[master].port);
+        if (i != master && ts_cmd_str(&nodes[i], buf, sizeof buf, "INFO replication") &&
+            strstr(buf, want))
+            replica = i;
+    }
+    cr_assert_geq(replica, 0, "no replica of node %d", master);
+    cr_assert_eq(rs_mutex_lock(m[1]), 0, "lock: %s", rs_client_lasterror(c));
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, waiter_main, &w), 0);
+    wait_queued(nodes, 6, prefix, "s1", 1);
+    tu_sleep_ms(300); /* the queue entry's write reaches the replica */
+    ts_server_pause(&nodes[replica]);
+    rs_mutex_unlock(m[1]);
+    int joined = tu_thread_join(th, &w.done, 20000);
+    ts_server_resume(&nodes[replica]);
+    cr_assert(joined, "the waiter never returned");
+    cr_expect_eq(w.rc, RS_EREPL, "the handed-over hold was reported held (%d: %s) while the "
+                 "replica was stopped", w.rc, w.err);
+    rs_mutex_destroy(w.m);
+    rs_client_close(b);
+
+    char key[96];
+    snprintf(key, sizeof key, "%s:{s0}:sync", prefix);
+    int slot = (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key);
+    char key0[96];
+    snprintf(key0, sizeof key0, "%s:{s0}:mutex", prefix);
+    cr_expect_eq(slot, (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key0));
+    for (int i = 0; i < 3; i++)
+        rs_mutex_destroy(m[i]);
+    rs_client_close(c);
+    ts_cluster_stop(nodes, 6);
 }

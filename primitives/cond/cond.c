@@ -17,8 +17,11 @@
  *      (it reconnected) after which one "qrenew" tells whether the entry is still queued;
  *   5. a wait that ends unwoken (deadline, close, an error) leaves the queue ("leave"),
  *      which may reveal that a signal took it meanwhile: then it counts as woken (0);
- *   6. the mutex is re-acquired through its own queue (rs__handle_take: no jumping ahead of
- *      the mutex's waiters), a new hold with a new fencing token.
+ *   6. the mutex is re-acquired through its own queue (no jumping ahead of the mutex's
+ *      waiters), a new hold with a new fencing token. When the mutex is on the condition's
+ *      client, this call is prepared before the waiter sleeps and the subscriber thread sends
+ *      it as soon as the waking message arrives (relock_t below), so that its round trip
+ *      overlaps the waiter thread's wake-up.
  * No script touches both the condition's keys and the mutex's: the two may live on
  * different Cluster slots, servers, or clients.
  *
@@ -152,15 +155,96 @@ static int sleep_on(rs_call_t *k, rs_waiter_t *w, rs_lease_t **ql, uint64_t dead
     return rc;
 }
 
-/* Re-acquires m (step 6) through its own queue; 0 or the error (m not held). */
-static int relock(rs_handle_t *mh)
+/* Step 6 prepared while the waiter sleeps, when the mutex is on the condition's client
+ * (outside Cluster, without min_replicas): its call (a fresh acquisition id, registered with
+ * the notifier like any waiter's), its hold allocated, its EVALSHA built. The message that
+ * wakes the waiter makes the subscriber thread send that call on an idle pooled connection
+ * (presend, below) before it signals the waiter, so the round trip of the re-acquisition
+ * runs while the waiter thread wakes up: signal -> holding costs about the mutex's handoff
+ * plus one lock round trip minus the wake-up. Without an idle connection (or on a poke, a
+ * timeout...) the waiter sends it itself, the same call. */
+typedef struct {
+    rs_client_t *c;
+    rs_call_t k;      /* the re-acquisition */
+    rs_waiter_t w;    /* registered under k.acqid */
+    pthread_cond_t cv; /* w's */
+    rs_hold_t *hold;  /* allocated for it */
+    rs_argv_t v, av;  /* k's "acq" arguments and their EVALSHA */
+    rs_conn_t *sent;  /* set by presend: the connection that owes the reply */
+    uint64_t sent_ns;
+} relock_t;
+
+static int relock_prepare(relock_t *p, rs_client_t *c, rs_handle_t *mh)
 {
-    int rc = rs__enter(mh->c);
-    if (rc)
-        return rc;
-    rc = rs__handle_take(mh, 0, RS_NO_DEADLINE);
-    rs__leave(mh->c);
+    p->c = c;
+    p->sent = NULL;
+    rs__call_init(&p->k, mh, NULL);
+    if (rs__hold_new(&p->k, &p->hold) != 0)
+        return ENOMEM;
+    if (rs__notify_begin(c, &p->w, &p->cv, p->k.acqid, NULL) != 0) {
+        rs__hold_discard(p->hold);
+        return RS_ECONN;
+    }
+    rs__call_argv(&p->k, "acq", "q", &p->v);
+    rs__evalsha_argv(mh->script, mh->nkeys, &p->v, &p->av);
+    return 0;
+}
+
+/* The notifier's hook (nt.mu held): never blocks, takes no new connection. */
+static void presend(rs_waiter_t *w)
+{
+    relock_t *p = w->arg;
+    if (p->sent || atomic_load(&p->c->closing))
+        return;
+    rs_conn_t *k = rs__conn_take_idle(p->c, -1);
+    if (!k)
+        return;
+    p->sent_ns = rs__now_ns();
+    if (k->gen != rs__topo_gen(p->c) ||
+        rs__ctx_append(k->ctx, p->av.n, p->av.v, p->av.len) != 0 || rs__ctx_flush(k->ctx) != 0) {
+        rs__conn_put(p->c, k, 1);
+        return;
+    }
+    p->sent = k;
+    atomic_fetch_add(&p->c->cond_presends, 1);
+}
+
+/* Re-acquires m (step 6) through its own queue; 0 or the error (m not held). p: prepared
+ * (its waiter is ended here), or NULL. */
+static int relock(rs_handle_t *mh, relock_t *p)
+{
+    /* a call sent already is seen through even by a closing client: the condition's call
+     * (the same client) keeps it open meanwhile */
+    int entered = !(p && p->sent);
+    int rc = entered ? rs__enter(mh->c) : 0;
+    if (rc) {
+        entered = 0;
+        if (p)
+            rs__hold_discard(p->hold);
+    } else if (p) {
+        rs_hold_t *hold;
+        p->k.pre = p->sent;
+        p->k.pre_sent = p->sent_ns;
+        rc = rs__acquire_with(&p->k, 0, RS_NO_DEADLINE, &p->w, p->hold, &hold);
+        if (rc == 0)
+            rs__handle_add(mh, hold);
+    } else {
+        rc = rs__handle_take(mh, 0, RS_NO_DEADLINE);
+    }
+    if (p)
+        rs__notify_end(p->c, &p->w);
+    if (entered)
+        rs__leave(mh->c);
     return rc;
+}
+
+/* A prepared re-acquisition that is not made (never sent: its hook was not armed). */
+static void relock_drop(relock_t *p)
+{
+    if (p) {
+        rs__hold_discard(p->hold);
+        rs__notify_end(p->c, &p->w);
+    }
 }
 
 static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
@@ -227,6 +311,12 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
         return rc;
     }
 
+    /* step 6 prepared, so that the wake-up can send it at once */
+    relock_t rl, *pre = NULL;
+    if (mh->c == c && c->ep.mode != RS_MODE_CLUSTER && c->min_replicas <= 0 &&
+        relock_prepare(&rl, c, mh) == 0)
+        pre = &rl;
+
     /* 3: m released; from here on m is re-acquired before returning, unless Redis is
      * unreachable or m's client closing */
     rs__handle_remove(mh, hold);
@@ -239,6 +329,8 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
     }
     int wrc;
     if (relrc == 0) {
+        if (pre)
+            rs__notify_arm(c, &w, presend, pre);
         wrc = sleep_on(&k, &w, &ql, deadline, resent);
     } else {
         /* lost (RS_ELOST: re-acquired below, like any outcome), or Redis away, or closing */
@@ -253,11 +345,13 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
     if (relrc == 0 || relrc == RS_ELOST) {
         char why[512];
         snprintf(why, sizeof why, "%s", rs_client_lasterror(c));
-        int lrc = relock(mh);
+        int lrc = relock(mh, pre);
         if (lrc)
             wrc = lrc;
         else if (wrc)
             rs__fail(c, wrc, "%s", why);
+    } else {
+        relock_drop(pre);
     }
     atomic_fetch_sub(&mh->inside, 1);
     atomic_fetch_sub(&cv->h.inside, 1);

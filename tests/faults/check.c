@@ -655,9 +655,14 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
         int slot;
         long long t;
         unsigned long long fence;
-        if (sscanf(x->element[i]->str, "%c %d %lld %15s %llu", &kind, &slot, &t, name, &fence) != 5)
+        long pend;
+        int got = sscanf(x->element[i]->str, "%c %d %lld %15s %llu %ld", &kind, &slot, &t, name,
+                         &fence, &pend);
+        if (got < 5)
             continue;
         r->faults[kind == 'K' ? F_KILL_HOLDER : F_STOP_HOLDER]++;
+        if (got == 6) /* an event-loop worker's: its requests pending at the fault */
+            apend_add(r, kind == 'K' ? F_KILL_HOLDER : F_STOP_HOLDER, slot, pend);
         if (sc->prim == P_SEM || fence == 0)
             continue;
         int64_t best = -1;

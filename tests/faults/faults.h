@@ -8,7 +8,8 @@
  *   inject.c   the faults themselves (processes and the data redis-server)
  *   worker.c   one worker process ("redisync-faults --worker ..."): critical sections on
  *              the data server, recorded on the checker (worker_sync.c: once and barrier;
- *              worker_cond.c: the condition variable's producers and consumers)
+ *              worker_cond.c: the condition variable's producers and consumers;
+ *              worker_async.c: the mutex through the event-loop API, hundreds pending)
  *   check.c    the invariants, computed from what the workers recorded on the checker
  *   checker.c  the checker's scripts and the small hiredis helpers every part uses
  *   topology.c the deployments a scenario runs on (Sentinel, Redlock masters)
@@ -100,6 +101,8 @@ typedef struct scenario {
                              workers use rediss://; faults go through its plain admin port */
     int optin;            /* 1: runs only when --only names it (a known failure, kept as its
                              reproduction: see docs/reliability.md) */
+    int async;            /* mutex: the last ASYNC slots are event-loop workers
+                             (worker_async.c), each keeping --pending requests pending */
 } scenario_t;
 
 extern const char *prim_names[];
@@ -152,7 +155,8 @@ static inline long rnd_range(uint64_t *s, long lo, long hi) /* [lo, hi] */
  *   in:SLOT        "NAME T" while SLOT is inside a section (the driver picks waiters by it)
  *   n:SLOT         sections (latch: rounds) completed by SLOT, any generation
  *   sec            list of section records (see worker.c, rec_section)
- *   ev             list of in-section fault events "K|S SLOT T NAME FENCE"
+ *   ev             list of in-section fault events "K|S SLOT T NAME FENCE [PENDING]"
+ *                  (PENDING: an event-loop worker's requests pending at the fault)
  *   lat            list of latch records "D|W ROUND SLOT T0 T1 RC"
  *   onc            once: "SLOT GEN ROUND T_CALL T_RET RAN", one per call that returned 0
  *   bar            barrier: "SLOT GEN T_CALL T_RET RC G0 G1" per wait (G0, G1: the
@@ -162,6 +166,9 @@ static inline long rnd_range(uint64_t *s, long lo, long hi) /* [lo, hi] */
  *                  consume, written atomically with the buffer update
  *   oround         once: the highest round a worker has started (respawns start below it)
  *   err            hash "lock:RC" / "unlock:RC" / ... -> count of non-zero return codes
+ *   pend:SLOT      event-loop workers: requests pending now (written every 50 ms)
+ *   aout           event-loop workers: hash "granted" / "ETIMEDOUT" / "ECANCELED" / ... ->
+ *                  how many of their requests ended so (worker_async.c)
  *   exit:SLOT:GEN  "ELOST ONLOST SOCKETS REENTRY_BAD" written by a worker that exited cleanly
  *   hi:NAME ctr:NAME acc:NAME bad:NAME   the fenced store (see CK_FREAD / CK_FWRITE)
  */
@@ -239,6 +246,11 @@ typedef struct result {
     int ndemote;
     long split_nofailover;      /* cuts during which no replica was promoted */
     long split_nodemote;        /* heals after which the old master stayed master 30 s */
+    /* event-loop workers (worker_async.c): the requests pending in the process at each kill
+     * -9 or SIGSTOP that hit one (in-section ones from its "ev" record, the others from its
+     * pend:SLOT at the fault); their outcomes over the scenario (the "aout" hash) */
+    struct { int kind, slot; long pending; } apend[64];
+    int napend;
 } result_t;
 
 /* A restart window (for the loss check of a restart without persistence). */
@@ -267,6 +279,10 @@ long total_viol(const result_t *r);
 
 /* ---- the worker (worker.c) ------------------------------------------------------------ */
 int worker_main(int argc, char **argv);
+/* report.c: the pending counts at the faults that hit event-loop workers, and how their
+ * requests ended (the checker's "aout" hash) */
+void async_report(redisContext *ck, const result_t *r);
+void apend_add(result_t *r, int kind, int slot, long pending);
 
 /* ---- injection (inject.c) ------------------------------------------------------------- */
 struct ts_server;

@@ -57,27 +57,27 @@
 
 /* Network scenarios: mutex, 8 processes, 2 names, lease 3000 ms, timeout_ms 2000. */
 const scenario_t net_scenarios[] = {
-    /* name             prim     aof procs secs lease timeout faults                 names sem latch round sentinel minrep redlock net tls optin */
-    {"net-blackhole",   P_MUTEX, 1,  8,    36,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0},
-    {"net-oneway",      P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_ONEWAY),      2,    0,  0,    0,    0, 0, 0, NET_ONEWAY, 0, 0},
-    {"net-slow-lossy",  P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0},
-    {"net-flap",        P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_FLAP),        2,    0,  0,    0,    0, 0, 0, NET_FLAP, 0, 0},
+    /* name             prim     aof procs secs lease timeout faults                 names sem latch round sentinel minrep redlock net tls optin async */
+    {"net-blackhole",   P_MUTEX, 1,  8,    36,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0, 0},
+    {"net-oneway",      P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_ONEWAY),      2,    0,  0,    0,    0, 0, 0, NET_ONEWAY, 0, 0, 0},
+    {"net-slow-lossy",  P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0, 0},
+    {"net-flap",        P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_FLAP),        2,    0,  0,    0,    0, 0, 0, NET_FLAP, 0, 0, 0},
     /* Redlock (three masters, appendonly + fsync always): one worker cut from one master
      * (the others reach it, and it reaches the others); then the slow, lossy links on every
      * master: opt-in (--only net-rl-slowloss): 0-2 false loss reports per run and lock
      * waits up to 12 s remain (docs/reliability.md, "Redlock under delay and loss") */
-    {"net-rl-part",     P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_RL_PART),     2,    0,  0,    0,    0, 0, 1, NET_RL_PART, 0, 0},
-    {"net-rl-slowloss", P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 1, NET_SLOW_LOSSY, 0, 1},
+    {"net-rl-part",     P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_RL_PART),     2,    0,  0,    0,    0, 0, 1, NET_RL_PART, 0, 0, 0},
+    {"net-rl-slowloss", P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 1, NET_SLOW_LOSSY, 0, 1, 0},
     /* split brain (net_split.c): the master (Sentinel: 2 replicas, 3 sentinels) or one
      * shard's master (Cluster: 3 masters + 3 replicas) with workers w0-w2 cut from the rest
      * for 8-10 s, longer than the failover, then healed; min_replicas 1 and
      * min-replicas-to-write 1 (docs/reliability.md, "Split brain") */
-    {"net-sentinel-split", P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_SENTINEL, 0, 0},
-    {"net-cluster-split",  P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER, 0, 0},
+    {"net-sentinel-split", P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_SENTINEL, 0, 0, 0},
+    {"net-cluster-split",  P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER, 0, 0, 0},
     /* the same without min_replicas and min-replicas-to-write: opt-in, they are expected
      * to fail (what the configuration prevents; docs/reliability.md, "Split brain") */
-    {"net-sentinel-split-nowait", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_SENTINEL, 0, 1},
-    {"net-cluster-split-nowait",  P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_CLUSTER, 0, 1},
+    {"net-sentinel-split-nowait", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_SENTINEL, 0, 1, 0},
+    {"net-cluster-split-nowait",  P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_CLUSTER, 0, 1, 0},
 };
 const int net_nscen = (int)(sizeof net_scenarios / sizeof net_scenarios[0]);
 

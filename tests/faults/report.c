@@ -126,3 +126,75 @@ int report_print(const scenario_t *scenarios, int nscen, const result_t *res, co
     free(all);
     return failed;
 }
+
+void apend_add(result_t *r, int kind, int slot, long pending)
+{
+    if (r->napend < (int)(sizeof r->apend / sizeof r->apend[0])) {
+        r->apend[r->napend].kind = kind;
+        r->apend[r->napend].slot = slot;
+        r->apend[r->napend++].pending = pending;
+    }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_long(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? -1 : x > y;
+}
+
+void async_report(redisContext *ck, const result_t *r)
+{
+    printf("   async: requests pending in the process at each kill -9 / SIGSTOP of an "
+           "event-loop worker (%d):\n     ", r->napend);
+    long v[64];
+    for (int i = 0; i < r->napend; i++) {
+        printf("%s w%d %ld%s", fault_names[r->apend[i].kind], r->apend[i].slot,
+               r->apend[i].pending, i + 1 < r->napend ? (i % 5 == 4 ? ",\n     " : ", ") : "\n");
+        v[i] = r->apend[i].pending;
+    }
+    if (r->napend) {
+        qsort(v, (size_t)r->napend, sizeof *v, cmp_long);
+        printf("     pending at the fault: min %ld, median %ld, max %ld\n", v[0],
+               v[r->napend / 2], v[r->napend - 1]);
+    } else {
+        printf("(none)\n");
+    }
+    /* lock waits (the call until its grant) of the blocking workers and of the event-loop
+     * workers' granted requests, from the section records */
+    redisReply *x = ck_cmd(ck, "LRANGE sec 0 -1");
+    size_t n = x->type == REDIS_REPLY_ARRAY ? x->elements : 0;
+    int64_t *w[2];
+    int nw[2] = {0, 0};
+    w[0] = calloc(n + 1, sizeof *w[0]);
+    w[1] = calloc(n + 1, sizeof *w[1]);
+    for (size_t i = 0; w[0] && w[1] && i < n; i++) {
+        int slot;
+        long long a, req;
+        if (sscanf(x->element[i]->str, "%d %*d %*s %*u %lld %*d %*d %*d %*d %*u %*c %*d %lld",
+                   &slot, &a, &req) != 3)
+            continue;
+        int k = slot >= r->sc->procs - r->sc->async;
+        w[k][nw[k]++] = a - req;
+    }
+    freeReplyObject(x);
+    for (int k = 0; k < 2 && w[0] && w[1]; k++) {
+        qsort(w[k], (size_t)nw[k], sizeof *w[k], cmp_i64);
+        printf("   async: lock wait p50/p99/max of the %s: %.0f/%.0f/%.0f ms (%d)\n",
+               k ? "event-loop workers' granted requests" : "blocking workers' sections",
+               pct(w[k], nw[k], 0.5), pct(w[k], nw[k], 0.99), pct(w[k], nw[k], 1.0), nw[k]);
+    }
+    free(w[0]);
+    free(w[1]);
+    x = ck_cmd(ck, "HGETALL aout");
+    printf("   async: requests ended:");
+    for (size_t i = 0; x->type == REDIS_REPLY_ARRAY && i + 1 < x->elements; i += 2)
+        printf(" %s %s", x->element[i]->str, x->element[i + 1]->str);
+    printf("\n");
+    freeReplyObject(x);
+}

@@ -22,6 +22,32 @@ static ts_server_t *fault_target(run_t *R, redisContext ***conn, int *which)
     return &R->replica[*which - 1];
 }
 
+/* The slot a process fault hits: with event-loop workers in the scenario (scenario_t.async),
+ * one of them three times out of four (with hundreds of requests pending such a process is
+ * always waiting, and often holding too: "outside" does not apply), else as pick_slot. */
+static int pick_target(run_t *R, int need_outside, int min_slot)
+{
+    if (R->sc->async && rnd_range(&R->rng, 0, 3) > 0) {
+        int i = pick_slot(R, 0, R->sc->procs - R->sc->async);
+        if (i >= 0)
+            return i;
+    }
+    return pick_slot(R, need_outside, min_slot);
+}
+
+/* A kill -9 or SIGSTOP of slot i: an event-loop worker's pending count (its pend:SLOT, at
+ * most 50 ms old) goes into the report and the detail. */
+static void note_pending(run_t *R, int k, int i)
+{
+    if (!SLOT_ASYNC(R, i))
+        return;
+    long p = (long)ck_int(R->ck, "GET pend:%d", i); /* -1: a new worker not counted yet */
+    if (p >= 0)
+        apend_add(R->res, k, i, p);
+    size_t dl = strlen(R->last_detail);
+    snprintf(R->last_detail + dl, sizeof R->last_detail - dl, " (async, %ld pending)", p);
+}
+
 /* Injects one fault of the scenario's kinds; returns the kind, or -1 if none applied now. */
 int inject(run_t *R)
 {
@@ -50,28 +76,31 @@ int inject(run_t *R)
         case F_STOP_HOLDER:
             if (k == F_STOP_HOLDER && nstopped(R) >= MAX_STOPPED)
                 continue;
-            if ((i = pick_slot(R, 0, 0)) < 0)
+            if ((i = pick_target(R, 0, 0)) < 0)
                 continue;
             R->slot[i].cmd = k == F_KILL_HOLDER ? 'k' : 's';
             snprintf(R->last_detail, sizeof R->last_detail, " w%d (at its next section)", i);
             freeReplyObject(ck_cmd(R->ck, "SET cmd:%d %s", i, k == F_KILL_HOLDER ? "kill" : "stop"));
             return k; /* counted when the worker carries it out (its "ev" record) */
         case F_KILL_WAITER:
-            if ((i = pick_slot(R, sc->prim != P_LATCH, sc->prim == P_LATCH ? sc->latch_count : 0)) < 0)
+            if ((i = pick_target(R, sc->prim != P_LATCH,
+                                 sc->prim == P_LATCH ? sc->latch_count : 0)) < 0)
                 continue;
+            snprintf(R->last_detail, sizeof R->last_detail, " w%d", i);
+            note_pending(R, k, i);
             R->slot[i].kill_sent = 1;
             kill(R->slot[i].pid, SIGKILL);
-            snprintf(R->last_detail, sizeof R->last_detail, " w%d", i);
             R->res->faults[k]++;
             return k;
         case F_STOP_ANY:
-            if (nstopped(R) >= MAX_STOPPED || (i = pick_slot(R, 0, 0)) < 0)
+            if (nstopped(R) >= MAX_STOPPED || (i = pick_target(R, 0, 0)) < 0)
                 continue;
             R->slot[i].stopped = 1;
             R->slot[i].cont_at = now + rnd_range(&R->rng, sc->lease_ms * 6 / 5, sc->lease_ms * 5 / 2) * 1000;
-            kill(R->slot[i].pid, SIGSTOP);
             snprintf(R->last_detail, sizeof R->last_detail, " w%d for %lld ms", i,
                      (long long)(R->slot[i].cont_at - now) / 1000);
+            note_pending(R, k, i);
+            kill(R->slot[i].pid, SIGSTOP);
             R->res->faults[k]++;
             return k;
         case F_RESTART_AOF:

@@ -37,14 +37,18 @@
 
 atomic_long g_onlost;
 _Atomic int64_t g_lost_t;
+atomic_long g_onlost_name[MAX_NAMES];
 static int g_liblog;
 static int g_slot;
 
 static void on_lost(const char *kind, const char *name, void *arg)
 {
-    (void)kind, (void)name, (void)arg;
+    (void)kind, (void)arg;
     int64_t zero = 0;
     atomic_compare_exchange_strong(&g_lost_t, &zero, now_us());
+    int ni;
+    if (name && sscanf(name, "n%d", &ni) == 1 && ni >= 0 && ni < MAX_NAMES)
+        atomic_fetch_add(&g_onlost_name[ni], 1);
     atomic_fetch_add(&g_onlost, 1);
 }
 
@@ -577,6 +581,7 @@ int worker_main(int argc, char **argv)
     w.t0 = strtoll(arg(argc, argv, "t0"), NULL, 10);
     w.start_round = atoi(arg(argc, argv, "round0"));
     w.sabotage = atoi(arg(argc, argv, "sab"));
+    w.async_pending = atoi(arg(argc, argv, "async"));
     g_slot = w.slot;
     const char *ll = getenv("FAULTS_LIBLOG");
     g_liblog = ll ? atoi(ll) : 0;
@@ -649,6 +654,8 @@ int worker_main(int argc, char **argv)
         barrier_loop(&w);
     else if (w.prim == P_COND)
         cond_loop(&w);
+    else if (w.async_pending > 0)
+        async_loop(&w);
     else
         while (section(&w) == 0) {
         }

@@ -1,7 +1,8 @@
 /*
  * worker.h - what the worker's files share (worker.c: the sections of the locks and the
- * latch's rounds; worker_sync.c: once's runs and the barrier's generations): the worker's
- * state and its calls on the checker.
+ * latch's rounds; worker_sync.c: once's runs and the barrier's generations; worker_cond.c:
+ * the condition variable; worker_async.c: the event-loop workers): the worker's state and
+ * its calls on the checker.
  */
 #ifndef RS_FAULTS_WORKER_H
 #define RS_FAULTS_WORKER_H
@@ -43,11 +44,14 @@ typedef struct worker {
     long elost;
     long fail_runs;    /* once: runs whose fn failed (a loss of one is told by on_lost only) */
     long api_bad;
+    int async_pending; /* > 0: an event-loop worker (worker_async.c) keeping this many
+                          requests pending */
 } worker_t;
 
 /* worker.c */
 extern atomic_long g_onlost;
 extern _Atomic int64_t g_lost_t; /* monotonic us of the current section's first on_lost */
+extern atomic_long g_onlost_name[MAX_NAMES]; /* on_lost calls per name "nI" */
 void count_err(worker_t *w, const char *what, int rc);
 void api_bad(worker_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void live_bad(worker_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -63,5 +67,8 @@ void barrier_loop(worker_t *w);
 
 /* worker_cond.c: producers and consumers, until the driver's stop */
 void cond_loop(worker_t *w);
+
+/* worker_async.c: the mutex through the event-loop API, until the driver's stop */
+void async_loop(worker_t *w);
 
 #endif

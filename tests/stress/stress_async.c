@@ -1,15 +1,20 @@
 /*
  * stress_async.c - the event-loop API under load (make check-tsan, check-valgrind).
  *
- * Two clients on NNAMES mutex names. Per client:
+ * Two clients on NNAMES mutex names, one rwlock and one semaphore of SEM_SIZE permits. Per
+ * client:
  *   - a loop thread: epoll on rs_client_fd, rs_client_dispatch when readable; it keeps up to
- *     INFLIGHT rs_mutex_acquire_async requests pending, rotating through: no deadline, a
- *     deadline 5 ms away (ETIMEDOUT or a grant), a deadline already past (EBUSY or a grant)
- *     and a request cancelled right after submission (racing its grant: done must say
- *     ECANCELED whatever Redis did). A granted hold is released either at once with
- *     rs_hold_release_async (its done counted too) or handed to the releaser thread;
- *   - a blocking thread on the same names: rs_mutex_lock/unlock, and rs_mutex_acquire whose
- *     hold object goes to the releaser thread (rs_hold_release from another thread).
+ *     INFLIGHT requests pending, each on one of the mutexes (rs_mutex_acquire_async), the
+ *     rwlock (rs_rwlock_acquire_read_async or _write_async) or the semaphore
+ *     (rs_sem_acquire_async of 1 or 2 permits), rotating through: no deadline, a deadline
+ *     5 ms away (ETIMEDOUT or a grant), a deadline already past (EBUSY, for the semaphore
+ *     EAGAIN, or a grant) and a request cancelled right after submission (racing its
+ *     grant: done must say ECANCELED whatever Redis did). A granted hold is released either
+ *     at once with rs_hold_release_async (its done counted too) or handed to the releaser
+ *     thread;
+ *   - a blocking thread on the same names: rs_mutex_lock/unlock, and rs_mutex_acquire,
+ *     rs_rwlock_acquire_read/_write and rs_sem_acquire whose hold objects go to the
+ *     releaser thread (rs_hold_release from another thread).
  * Before their first acquisition the loop threads submit LATCH_WAITS rs_latch_wait_async on
  * a latch armed with count 1; main opens it once they are all pending.
  * At the end each client gets requests that cannot complete (behind a hold main keeps, on a
@@ -17,7 +22,10 @@
  * calls run inside rs_client_close.
  *
  * Checks: no two holders of one name inside at once (atomic "inside" flag, a counter read
- * then written relaxed, so a broken exclusion loses increments); every done runs exactly
+ * then written relaxed, so a broken exclusion loses increments); a writer of the rwlock
+ * alone inside (a writer flag and a reader count, each side checking the other's after
+ * setting its own; the writers' counter as the mutexes'); never more than SEM_SIZE permits
+ * held of the semaphore (a count of the permits inside); every done runs exactly
  * once (per-request counters) with a code the contract allows; a latch wait ends with 0 and
  * only after the count-down; requests pending at close end with ECANCELED inside the close;
  * no hold and no waiter is left in Redis. If a hold is lost (the machine stalled past the
@@ -32,12 +40,16 @@
 #define INFLIGHT 8
 #define LATCH_WAITS 6
 #define CLOSE_REQS 5
+#define SEM_SIZE 2
 
 enum { K_PLAIN, K_DEADLINE, K_PAST, K_CANCEL, K_NKINDS, K_LATCH, K_REL, K_CLOSE, K_CLOSE_LATCH,
        K_CLOSE_REL };
+enum { T_MUTEX, T_READ, T_WRITE, T_SEM, T_NTYPES }; /* what an acquisition request is on */
 
 typedef struct ctx {
     int cl, name, kind;
+    int type;   /* T_MUTEX (on name), T_READ, T_WRITE (the rwlock), T_SEM (n permits) */
+    unsigned n;
     atomic_int ndone;
     atomic_int rc;
 } ctx_t;
@@ -46,6 +58,8 @@ typedef struct client {
     int id;
     rs_client_t *c;
     rs_mutex_t *m[NNAMES];
+    rs_rwlock_t *rw;
+    rs_sem_t *sem;
     rs_latch_t *l, *l_shut;
     ctx_t *pool;
     int npool, used;        /* pool slots handed out (loop thread, then main) */
@@ -59,6 +73,8 @@ static atomic_int g_inside[NNAMES];
 static atomic_long g_counter[NNAMES], g_sections[NNAMES];
 static atomic_int g_overlaps, g_elost, g_latch_open;
 static atomic_long g_granted, g_timedout, g_busy, g_canceled;
+static atomic_int g_rw_writer, g_rw_readers, g_sem_used, g_rw_bad, g_sem_bad;
+static atomic_long g_rw_counter, g_rw_writes, g_rw_reads, g_sem_sections, g_type_grants[T_NTYPES];
 
 /* ---- the releaser thread: rs_hold_release of holds taken on other threads --------------- */
 
@@ -128,6 +144,49 @@ static void section(int name, int slow)
     atomic_store(&g_inside[name], 0);
 }
 
+/* The rwlock's section: a writer sets its flag, then must see no reader; a reader counts
+ * itself, then must see no writer (sequentially consistent: of two overlapping, at least one
+ * sees the other). Writers count as the mutexes do. */
+static void rw_section(int write)
+{
+    if (write) {
+        if (atomic_exchange(&g_rw_writer, 1) || atomic_load(&g_rw_readers) != 0)
+            atomic_fetch_add(&g_rw_bad, 1);
+        long v = atomic_load_explicit(&g_rw_counter, memory_order_relaxed);
+        sched_yield();
+        atomic_store_explicit(&g_rw_counter, v + 1, memory_order_relaxed);
+        atomic_fetch_add(&g_rw_writes, 1);
+        atomic_store(&g_rw_writer, 0);
+    } else {
+        atomic_fetch_add(&g_rw_readers, 1);
+        if (atomic_load(&g_rw_writer))
+            atomic_fetch_add(&g_rw_bad, 1);
+        sched_yield();
+        atomic_fetch_add(&g_rw_reads, 1);
+        atomic_fetch_sub(&g_rw_readers, 1);
+    }
+}
+
+/* The semaphore's: never more than SEM_SIZE permits inside. */
+static void sem_section(unsigned n)
+{
+    if (atomic_fetch_add(&g_sem_used, (int)n) + (int)n > SEM_SIZE)
+        atomic_fetch_add(&g_sem_bad, 1);
+    sched_yield();
+    atomic_fetch_add(&g_sem_sections, 1);
+    atomic_fetch_sub(&g_sem_used, (int)n);
+}
+
+static void typed_section(int type, int name, unsigned n, int slow)
+{
+    if (type == T_MUTEX)
+        section(name, slow);
+    else if (type == T_SEM)
+        sem_section(n);
+    else
+        rw_section(type == T_WRITE);
+}
+
 /* ---- done callbacks ---------------------------------------------------------------------- */
 
 static ctx_t *ctx_new(client_t *cl, int name, int kind)
@@ -140,6 +199,8 @@ static ctx_t *ctx_new(client_t *cl, int name, int kind)
     x->cl = cl->id;
     x->name = name;
     x->kind = kind;
+    x->type = T_MUTEX;
+    x->n = 1;
     atomic_store(&x->rc, -12345);
     return x;
 }
@@ -206,8 +267,8 @@ static void done_acq(int rc, rs_hold_t *hold, void *arg)
     case K_DEADLINE:
         ok = rc == 0 || rc == ETIMEDOUT;
         break;
-    case K_PAST:
-        ok = rc == 0 || rc == EBUSY;
+    case K_PAST: /* the semaphore says EAGAIN where the locks say EBUSY */
+        ok = rc == 0 || rc == (x->type == T_SEM ? EAGAIN : EBUSY);
         break;
     default: /* cancelled before it could be dispatched; or pending at close */
         ok = rc == ECANCELED;
@@ -217,13 +278,17 @@ static void done_acq(int rc, rs_hold_t *hold, void *arg)
         FAILF("client %d: kind %d request: done(%d %s)", x->cl, x->kind, rc, rs_strerror(rc));
     if (rc == ETIMEDOUT)
         atomic_fetch_add(&g_timedout, 1);
-    else if (rc == EBUSY)
+    else if (rc == EBUSY || rc == EAGAIN)
         atomic_fetch_add(&g_busy, 1);
     else if (rc == ECANCELED)
         atomic_fetch_add(&g_canceled, 1);
     if (hold) {
         atomic_fetch_add(&g_granted, 1);
-        section(x->name, 0);
+        atomic_fetch_add(&g_type_grants[x->type], 1);
+        if ((rs_hold_fence(hold) == 0) != (x->type == T_READ))
+            FAILF("client %d: a type %d hold has fencing token %llu", x->cl, x->type,
+                  (unsigned long long)rs_hold_fence(hold));
+        typed_section(x->type, x->name, x->n, 0);
         ctx_t *r = x->kind < K_NKINDS && (cl->used % 2) ? ctx_new(cl, x->name, K_REL) : NULL;
         if (r) {
             atomic_fetch_add(&cl->outstanding, 1);
@@ -243,6 +308,21 @@ static void done_acq(int rc, rs_hold_t *hold, void *arg)
 }
 
 /* ---- the loop thread --------------------------------------------------------------------- */
+
+/* The _async call of x's type. */
+static int submit_acq(client_t *cl, ctx_t *x, const struct timespec *dl, rs_request_t **req)
+{
+    switch (x->type) {
+    case T_READ:
+        return rs_rwlock_acquire_read_async(cl->rw, dl, done_acq, x, req);
+    case T_WRITE:
+        return rs_rwlock_acquire_write_async(cl->rw, dl, done_acq, x, req);
+    case T_SEM:
+        return rs_sem_acquire_async(cl->sem, x->n, dl, done_acq, x, req);
+    default:
+        return rs_mutex_acquire_async(cl->m[x->name], dl, done_acq, x, req);
+    }
+}
 
 static void dispatch_some(client_t *cl, int ep, int efd, int ms)
 {
@@ -295,15 +375,17 @@ static void *loop_main(void *arg)
             ctx_t *x = ctx_new(cl, name, kind);
             if (!x)
                 break;
+            x->type = (int)(st_rand(&seed) % T_NTYPES);
+            x->n = x->type == T_SEM ? 1 + st_rand(&seed) % SEM_SIZE : 1;
             struct timespec dl = st_abs_in(kind == K_PAST ? -1000 : 5);
+            const struct timespec *dp = kind == K_DEADLINE || kind == K_PAST ? &dl : NULL;
             rs_request_t *req = NULL;
             atomic_fetch_add(&cl->outstanding, 1);
-            int rc = rs_mutex_acquire_async(cl->m[name],
-                                            kind == K_DEADLINE || kind == K_PAST ? &dl : NULL,
-                                            done_acq, x, &req);
+            int rc = submit_acq(cl, x, dp, &req);
             submitted++;
             if (rc) {
-                FAILF("client %d: rs_mutex_acquire_async: %d %s", cl->id, rc, rs_strerror(rc));
+                FAILF("client %d: a type %d _async call: %d %s", cl->id, x->type, rc,
+                      rs_strerror(rc));
                 atomic_fetch_sub(&cl->outstanding, 1);
                 continue;
             }
@@ -338,12 +420,17 @@ static void *blocking_main(void *arg)
                 FAILF("client %d: rs_mutex_unlock: %d %s", cl->id, rc, rs_strerror(rc));
         } else {
             rs_hold_t *h = NULL;
-            int rc = rs_mutex_acquire(cl->m[name], NULL, &h);
+            int type = (i / 2) % T_NTYPES;
+            unsigned n = 1 + (unsigned)(i / 8) % SEM_SIZE;
+            int rc = type == T_READ    ? rs_rwlock_acquire_read(cl->rw, NULL, &h)
+                     : type == T_WRITE ? rs_rwlock_acquire_write(cl->rw, NULL, &h)
+                     : type == T_SEM   ? rs_sem_acquire(cl->sem, n, NULL, &h)
+                                       : rs_mutex_acquire(cl->m[name], NULL, &h);
             if (rc) {
-                FAILF("client %d: rs_mutex_acquire: %d %s", cl->id, rc, rs_strerror(rc));
+                FAILF("client %d: type %d acquisition: %d %s", cl->id, type, rc, rs_strerror(rc));
                 break;
             }
-            section(name, i % 6 == 0);
+            typed_section(type, name, n, i % 6 == 0);
             releaser_push(h);
         }
     }
@@ -352,9 +439,9 @@ static void *blocking_main(void *arg)
 
 /* ---- close with requests pending ---------------------------------------------------------- */
 
-/* Submits what cannot complete before the close (a hold of main's blocks name 0; the shut
- * latch is never opened) plus a release; then closes the client and checks every done ran,
- * inside the close. */
+/* Submits what cannot complete before the close (holds of main's block name 0, the rwlock
+ * and the semaphore; the shut latch is never opened) plus a release; then closes the client
+ * and checks every done ran, inside the close. */
 static void close_pending(client_t *cl)
 {
     int first = cl->used;
@@ -367,6 +454,12 @@ static void close_pending(client_t *cl)
                       0);
         if ((x = ctx_new(cl, 0, K_CLOSE_LATCH)) != NULL)
             EXPECT_RC(rs_latch_wait_async(cl->l_shut, NULL, done_latch, x, &req), 0);
+        /* main holds the rwlock for writing and every permit of the semaphore */
+        if ((x = ctx_new(cl, 0, K_CLOSE)) != NULL) {
+            x->type = T_READ + i % 3; /* T_READ, T_WRITE, T_SEM */
+            x->n = 1;
+            EXPECT_RC(submit_acq(cl, x, i % 2 ? &dl : NULL, &req), 0);
+        }
     }
     rs_hold_t *h = NULL;
     EXPECT_RC(rs_mutex_acquire(cl->m[2], NULL, &h), 0);
@@ -381,8 +474,21 @@ static void close_pending(client_t *cl)
                   cl->pool[i].kind, atomic_load(&cl->pool[i].ndone));
 }
 
+static void check_one(rs_client_t *c, const char *kind, const char *name, const char *when)
+{
+    rs_info_t info;
+    int rc = rs_inspect(c, kind, name, &info);
+    if (rc)
+        FAILF("%s: rs_inspect(%s %s): %d %s", when, kind, name, rc, rs_client_lasterror(c));
+    else if (info.nholders || info.waiters)
+        FAILF("%s: %s %s has %u holder(s), %u waiter(s)", when, kind, name, info.nholders,
+              info.waiters);
+}
+
 static void check_clean(rs_client_t *c, const char *when)
 {
+    check_one(c, "rwlock", "stress-async-rw", when);
+    check_one(c, "sem", "stress-async-sem", when);
     for (int n = 0; n < NNAMES; n++) {
         char name[32];
         snprintf(name, sizeof name, "stress-async-%d", n);
@@ -410,7 +516,7 @@ int main(void)
         cl->c = st_open(&srv, prefix);
         cl->iters = st_scaled(2000);
         cl->biters = st_scaled(300);
-        cl->npool = LATCH_WAITS + 2 * cl->iters + 2 * CLOSE_REQS + 1;
+        cl->npool = LATCH_WAITS + 2 * cl->iters + 3 * CLOSE_REQS + 1;
         cl->pool = calloc((size_t)cl->npool, sizeof *cl->pool);
         if (!cl->pool)
             return 2;
@@ -421,6 +527,11 @@ int main(void)
                 fprintf(stderr, "stress_async: rs_mutex_init: %s\n", rs_client_lasterror(cl->c));
                 return 2;
             }
+        }
+        if (rs_rwlock_init(&cl->rw, cl->c, "stress-async-rw") != 0 ||
+            rs_sem_init(&cl->sem, cl->c, "stress-async-sem", SEM_SIZE) != 0) {
+            fprintf(stderr, "stress_async: rwlock/sem init: %s\n", rs_client_lasterror(cl->c));
+            return 2;
         }
         if ((i == 0 && rs_latch_init(&arm, cl->c, "stress-async-latch", 1) != 0) ||
             rs_latch_init(&cl->l, cl->c, "stress-async-latch", 0) != 0 ||
@@ -457,6 +568,19 @@ int main(void)
             bad++;
     }
     int lost = atomic_load(&st_lost) + atomic_load(&g_elost);
+    if (atomic_load(&g_rw_counter) != atomic_load(&g_rw_writes))
+        atomic_fetch_add(&g_rw_bad, 1);
+    int rwbad = atomic_load(&g_rw_bad), sembad = atomic_load(&g_sem_bad);
+    if ((rwbad || sembad) && lost)
+        fprintf(stderr, "stress_async: WARNING: rwlock %d / semaphore %d overlap(s) after %d "
+                "lost hold(s): exclusion not checked\n", rwbad, sembad, lost);
+    else if (rwbad || sembad)
+        FAILF("rwlock: %d overlap(s) or lost increment(s) (counter %ld for %ld writes); "
+              "semaphore: %d time(s) above %d permits", rwbad, atomic_load(&g_rw_counter),
+              atomic_load(&g_rw_writes), sembad, SEM_SIZE);
+    for (int t = 0; t < T_NTYPES; t++)
+        if (atomic_load(&g_type_grants[t]) == 0)
+            FAILF("no async request of type %d was granted", t);
     if (bad && lost)
         fprintf(stderr, "stress_async: WARNING: %d overlap(s) or lost increment(s) after %d "
                 "lost hold(s): exclusion not checked\n", bad, lost);
@@ -475,20 +599,29 @@ int main(void)
         FAILF("no acquisition was granted");
     check_clean(g_cl[0].c, "after the run");
     if (st_verbose() || lost)
-        fprintf(stderr, "stress_async: %ld sections, %ld async grants, %ld ETIMEDOUT, %ld "
-                "EBUSY, %ld ECANCELED, %d lost\n", sections, atomic_load(&g_granted),
-                atomic_load(&g_timedout), atomic_load(&g_busy), atomic_load(&g_canceled), lost);
+        fprintf(stderr, "stress_async: %ld mutex sections, %ld async grants (mutex %ld, read "
+                "%ld, write %ld, sem %ld), %ld ETIMEDOUT, %ld EBUSY/EAGAIN, %ld ECANCELED, %d "
+                "lost; rwlock %ld reads %ld writes, semaphore %ld sections\n", sections,
+                atomic_load(&g_granted), atomic_load(&g_type_grants[T_MUTEX]),
+                atomic_load(&g_type_grants[T_READ]), atomic_load(&g_type_grants[T_WRITE]),
+                atomic_load(&g_type_grants[T_SEM]), atomic_load(&g_timedout),
+                atomic_load(&g_busy), atomic_load(&g_canceled), lost,
+                atomic_load(&g_rw_reads), atomic_load(&g_rw_writes), atomic_load(&g_sem_sections));
 
     /* close with requests pending: main holds name 0 through a hold object of client 0 */
-    rs_hold_t *keep = NULL;
+    rs_hold_t *keep = NULL, *keep_rw = NULL, *keep_sem = NULL;
     EXPECT_RC(rs_mutex_acquire(g_cl[0].m[0], NULL, &keep), 0);
+    EXPECT_RC(rs_rwlock_acquire_write(g_cl[0].rw, NULL, &keep_rw), 0);
+    EXPECT_RC(rs_sem_acquire(g_cl[0].sem, SEM_SIZE, NULL, &keep_sem), 0);
     close_pending(&g_cl[1]);
     close_pending(&g_cl[0]);
-    if (keep) {
-        int rc = rs_hold_release(keep); /* after the close: only frees it */
-        if (rc != 0 && rc != RS_ELOST)
-            FAILF("rs_hold_release after the close: %d %s", rc, rs_strerror(rc));
-    }
+    rs_hold_t *kept[3] = {keep, keep_rw, keep_sem};
+    for (int i = 0; i < 3; i++)
+        if (kept[i]) {
+            int rc = rs_hold_release(kept[i]); /* after the close: only frees it */
+            if (rc != 0 && rc != RS_ELOST)
+                FAILF("rs_hold_release after the close: %d %s", rc, rs_strerror(rc));
+        }
     rs_client_t *check = st_open(&srv, prefix);
     check_clean(check, "after the closes");
     EXPECT_RC(rs_client_close(check), 0);
@@ -496,6 +629,8 @@ int main(void)
     for (int i = 0; i < 2; i++) {
         for (int n = 0; n < NNAMES; n++)
             EXPECT_RC(rs_mutex_destroy(g_cl[i].m[n]), 0);
+        EXPECT_RC(rs_rwlock_destroy(g_cl[i].rw), 0);
+        EXPECT_RC(rs_sem_destroy(g_cl[i].sem), 0);
         EXPECT_RC(rs_latch_destroy(g_cl[i].l), 0);
         EXPECT_RC(rs_latch_destroy(g_cl[i].l_shut), 0);
         free(g_cl[i].pool);
