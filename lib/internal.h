@@ -13,19 +13,23 @@
  *   cluster.c   loading the slot map with CLUSTER SLOTS
  *   keys.c      key and channel names (hash tags, escaping)
  *   script.c    EVALSHA with SCRIPT LOAD on NOSCRIPT, retries within timeout_ms, error mapping
+ *   hold.c      owner identity (thread numbers, owner tokens, acquisition ids), hold lists
+ *   call.c      one call of a primitive built from its handle (rs_call_t), its argv, the
+ *               lease built from it, an acquiring reply decoded
  *   lease.c, watchdog.c, record.c  the leases, the thread renewing them in one pipeline, the
  *               holder record that rides in it
  *   redlock.c, rlround.c  redlock://: every call on all masters at once, decided by quorum
  *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
- *   hold.c, handle.c, holdobj.c  owner identity, what a thread holds, handles, hold objects
+ *   handle.c, holdobj.c  handles, what a thread holds through them, hold objects
  *   timerheap.c, async_wire.c, async_req.c, async.c  the event-loop API: one I/O thread
  *               per client pipelining the _async calls, their deadlines in one heap,
  *               completions behind one eventfd
  *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
- * Still pointing up: redlock.c calls handle.c's call helpers, and handle.c takes client
- * references through client.c. (topology.c tells the notifier that the master moved through
- * c->topo_hook, which client.c sets.)
+ * Still pointing up: redlock.c and watchdog.c call each other (a Redlock renewal round, the
+ * round's bookkeeping), hold.c reads life.c's fork generation, and handle.c takes client
+ * references through client.c. (topology.c
+ * tells the notifier that the master moved through c->topo_hook, which client.c sets.)
  * A primitive (primitives/NAME/) builds its keys, runs its script through rs__eval, keeps
  * its holds alive with rs__watch_add and waits with rs__wait_acquire. lib/ never names a
  * primitive.
