@@ -520,6 +520,11 @@ void *rs__aq_main(void *arg)
         if (as->ctx && (p[1].revents || rs__tp_pending(as->ctx)))
             rs__aq_read(as);
         if (as->ctx && as->rcount > 0 &&
+            rs__now_ns() >= as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS)
+            /* first what came while this process could not run (SIGSTOP, a paused VM, a poll
+             * that returned just before): those replies are progress, not a stall */
+            rs__aq_read(as);
+        if (as->ctx && as->rcount > 0 &&
             rs__now_ns() >= as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS) {
             /* replies owed and none for timeout_ms: a stalled server or a silent network */
             rs__log(as->c, RS_LOG_WARN, "event-loop connection: no reply for %ld ms; "
