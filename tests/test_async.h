@@ -73,6 +73,19 @@ static inline void tally_done(int rc, rs_hold_t *hold, void *arg)
     rs_hold_release(hold);
 }
 
+/* n requests on m, each with tally_done and its own r[i] (counted in t, cleared first). */
+static inline void tally_pend(rs_mutex_t *m, tally_t *t, treq_t *r, int n)
+{
+    memset(t, 0, sizeof *t);
+    rs_request_t *req;
+    for (int i = 0; i < n; i++) {
+        r[i].t = t;
+        r[i].i = i;
+        cr_assert_eq(rs_mutex_acquire_async(m, NULL, tally_done, &r[i], &req), 0, "request %d: %s",
+                     i, rs_client_lasterror(NULL));
+    }
+}
+
 /* One request's completion, as one_done saw it (g_inside: set by a test around an _async
  * call; done must not run inside it) */
 typedef struct one {

@@ -50,14 +50,8 @@ static void failure_run(int restart)
     rs_hold_t *h;
     cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0);
     static tally_t t;
-    memset(&t, 0, sizeof t);
     static treq_t r[NFAIL];
-    rs_request_t *req;
-    for (int i = 0; i < NFAIL; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, tally_done, &r[i], &req), 0);
-    }
+    tally_pend(m, &t, r, NFAIL);
     cr_assert(tu_wait_zcard(&s, "mutex", "flt", NFAIL, 10000));
     if (restart) {
         cr_assert_eq(ts_server_restart(&s), 0);

@@ -67,15 +67,8 @@ Test(async, entries_renewed_in_one_batch)
     rs_hold_t *h;
     cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0, "%s", rs_client_lasterror(c2));
     static tally_t t;
-    memset(&t, 0, sizeof t);
     static treq_t r[NPEND];
-    rs_request_t *req;
-    for (int i = 0; i < NPEND; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, tally_done, &r[i], &req), 0, "%s",
-                     rs_client_lasterror(c));
-    }
+    tally_pend(m, &t, r, NPEND);
     cr_assert(tu_wait_zcard(&s, "mutex", "ren", NPEND, 10000), "queued: %lld",
               tu_zcard_q(&s, "mutex", "ren"));
     /* three rounds first: entries queued over more than two thirds of a period start in two

@@ -74,15 +74,8 @@ Test(async_modes, sentinel_failover)
     cr_assert_eq(rs_mutex_acquire(hm, NULL, &h), 0, "%s", rs_client_lasterror(holder));
 
     static tally_t t;
-    memset(&t, 0, sizeof t);
     static treq_t r[N];
-    rs_request_t *req;
-    for (int i = 0; i < N; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, tally_done, &r[i], &req), 0, "%s",
-                     rs_client_lasterror(c));
-    }
+    tally_pend(m, &t, r, N);
     long long end = tu_mono_ms() + 10000;
     while (ts_cmd_int(&master, "ZCARD rs:{fo}:mutex:q") < N && tu_mono_ms() < end)
         tu_sleep_ms(20);

@@ -345,6 +345,20 @@ Test(cluster_shard, migration_serves_waiters)
     ts_cluster_stop(nodes, 3);
 }
 
+/* A replica of node master: the node whose INFO replication names the master's port. */
+static int replica_of(const ts_server_t *nodes, int n, int master)
+{
+    for (int i = 0; i < n; i++) {
+        char buf[4096], want[32];
+        snprintf(want, sizeof want, "master_port:%d", nodes[master].port);
+        if (i != master && ts_cmd_str(&nodes[i], buf, sizeof buf, "INFO replication") &&
+            strstr(buf, want))
+            return i;
+    }
+    cr_assert_fail("no replica of node %d", master);
+    return -1;
+}
+
 Test(cluster_shard, failover_serves_waiters)
 {
     ts_server_t nodes[6];
@@ -361,16 +375,7 @@ Test(cluster_shard, failover_serves_waiters)
     int slot = (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key);
     int master = ts_cluster_owner(nodes, 6, slot);
     cr_assert_geq(master, 0);
-    /* its replica: the node whose INFO replication names the master's port */
-    int replica = -1;
-    for (int i = 0; i < 6 && replica < 0; i++) {
-        char buf[4096], want[32];
-        snprintf(want, sizeof want, "master_port:%d", nodes[master].port);
-        if (i != master && ts_cmd_str(&nodes[i], buf, sizeof buf, "INFO replication") &&
-            strstr(buf, want))
-            replica = i;
-    }
-    cr_assert_geq(replica, 0, "no replica of node %d", master);
+    int replica = replica_of(nodes, 6, master);
     queue_up(mv);
 
     char buf[256];
@@ -523,15 +528,7 @@ Test(cluster_shard, min_replicas_sync_stays_in_the_shard)
     snprintf(hkey, sizeof hkey, "%s:{s1}:mutex", prefix);
     int master = ts_cluster_owner(nodes, 6, (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", hkey));
     cr_assert_geq(master, 0);
-    int replica = -1;
-    for (int i = 0; i < 6 && replica < 0; i++) {
-        char buf[4096], want[32];
-        snprintf(want, sizeof want, "master_port:%d", nodes[master].port);
-        if (i != master && ts_cmd_str(&nodes[i], buf, sizeof buf, "INFO replication") &&
-            strstr(buf, want))
-            replica = i;
-    }
-    cr_assert_geq(replica, 0, "no replica of node %d", master);
+    int replica = replica_of(nodes, 6, master);
     cr_assert_eq(rs_mutex_lock(m[1]), 0, "lock: %s", rs_client_lasterror(c));
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, waiter_main, &w), 0);

@@ -115,15 +115,21 @@ static void one_waiter(rs_client_t *c, rs_client_t *sc, const ts_server_t *s,
     rs_mutex_destroy(m);
 }
 
-Test(cond_relock, sent_at_the_wake_up)
+/* one_waiter on a server of its own, the waiter's and the signaller's clients on it */
+static void on_a_server(void (*fault)(const ts_server_t *s))
 {
     ts_server_t s;
     tu_start_server(&s);
     rs_client_t *c = tu_open_client(&s, 5000, 0, NULL), *sc = tu_open_client(&s, 5000, 0, NULL);
-    one_waiter(c, sc, &s, NULL);
+    one_waiter(c, sc, &s, fault);
     rs_client_close(c);
     rs_client_close(sc);
     ts_server_stop(&s);
+}
+
+Test(cond_relock, sent_at_the_wake_up)
+{
+    on_a_server(NULL);
 }
 
 static void flush_scripts(const ts_server_t *s)
@@ -134,13 +140,7 @@ static void flush_scripts(const ts_server_t *s)
 
 Test(cond_relock, noscript_sent_again)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 5000, 0, NULL), *sc = tu_open_client(&s, 5000, 0, NULL);
-    one_waiter(c, sc, &s, flush_scripts);
-    rs_client_close(c);
-    rs_client_close(sc);
-    ts_server_stop(&s);
+    on_a_server(flush_scripts);
 }
 
 static void kill_normal(const ts_server_t *s)
@@ -150,13 +150,7 @@ static void kill_normal(const ts_server_t *s)
 
 Test(cond_relock, dead_connection_sent_again)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 5000, 0, NULL), *sc = tu_open_client(&s, 5000, 0, NULL);
-    one_waiter(c, sc, &s, kill_normal);
-    rs_client_close(c);
-    rs_client_close(sc);
-    ts_server_stop(&s);
+    on_a_server(kill_normal);
 }
 
 Test(cond_relock, mutex_held_elsewhere)
