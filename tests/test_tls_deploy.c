@@ -41,8 +41,12 @@ Test(tls_deploy, redlock_over_three_tls_masters)
     rs_client_t *c = open_ok(url, 600, &lc), *c2 = open_ok(url, 600, NULL);
     rs_mutex_t *m = new_mutex(c, "rl"), *m2 = new_mutex(c2, "rl");
     cr_assert_eq(rs_mutex_lock(m), 0, "lock: %s", rs_client_lasterror(c));
+    /* a quorum at least: a master whose TLS handshake was slow under load is left out for
+     * a second (lib/rlround.c), and the lock is granted by the other two */
+    int on = 0;
     for (int i = 0; i < 3; i++)
-        cr_expect_eq(ts_cmd_int(&s[i], "EXISTS rs:{rl}:mutex"), 1, "master %d", i);
+        on += ts_cmd_int(&s[i], "EXISTS rs:{rl}:mutex") == 1;
+    cr_expect_geq(on, 2, "the hold is on %d of 3 masters", on);
     cr_expect_eq(rs_mutex_trylock(m2), EBUSY);
     tu_sleep_ms(1200); /* two leases: renewed on the masters through the watchdog */
     cr_expect_eq(rs_mutex_unlock(m), 0, "unlock: %s", rs_client_lasterror(c));
