@@ -138,9 +138,6 @@ static int mode_refused(rs_client_t *c, const char *what)
     if (c->ep.mode == RS_MODE_CLUSTER)
         return rs__fail(c, ENOTSUP, "%s: the event-loop API is not offered under "
                         "redis-cluster:// yet; use the blocking calls", what);
-    if (c->min_replicas > 0)
-        return rs__fail(c, ENOTSUP, "%s: the event-loop API does not confirm with WAIT yet "
-                        "(min_replicas %d); use the blocking calls", what, c->min_replicas);
     return 0;
 }
 

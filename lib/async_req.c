@@ -194,7 +194,10 @@ void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg)
     if (wake == RS_WAKE_MSG) {
         char *end;
         unsigned long long f = strtoull(msg, &end, 10);
-        if (end != msg && f > 0 && f > rq->fence_floor && !c->confirm_wakeups) {
+        /* with min_replicas a grant announced by a message is asked again, and that call
+         * is what WAIT confirms (async_wire.c) */
+        if (end != msg && f > 0 && f > rq->fence_floor && !c->confirm_wakeups &&
+            c->min_replicas <= 0) {
             uint64_t lower = rq->lower_ns;
             if (rq->ql) {
                 uint64_t conf = rs__lease_confirmed_ns(c, rq->ql);

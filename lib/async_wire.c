@@ -20,6 +20,13 @@
 
 /* ----- the connection ------------------------------------------------------------------ */
 
+/* min_replicas > 0: an acquiring call ("acq", "cancel") is followed in the pipeline by the
+ * write of rs__sync_cmd and WAIT, as the blocking calls' are (script.c), so that WAIT covers
+ * a grant made by another client's release too. Its reply is kept (as->confirm_r) until
+ * WAIT's comes, whose ring entry is &wait_mark (the write's is NULL): a grant that fewer than
+ * min_replicas replicas acknowledged is given back ("rel") and done gets RS_EREPL. */
+static rs_request_t wait_mark;
+
 static int ring_push(rs_async_t *as, rs_request_t *rq)
 {
     if (as->rcount == as->rcap) {
@@ -56,9 +63,17 @@ void rs__aq_conn_broken(rs_async_t *as)
         rs__ctx_free(as->ctx);
     as->ctx = NULL;
     uint64_t now = rs__now_ns();
+    if (as->confirm_rq) { /* its reply came, its WAIT's did not: asked again */
+        rs_request_t *rq = as->confirm_rq;
+        freeReplyObject(as->confirm_r);
+        as->confirm_rq = NULL;
+        as->confirm_r = NULL;
+        rq->resent = 1;
+        rs__aq_want_send(as, rq, rq->op);
+    }
     while (as->rcount > 0) {
         rs_request_t *rq = ring_pop(as);
-        if (!rq || rq->st != ST_FLIGHT)
+        if (!rq || rq == &wait_mark || rq->st != ST_FLIGHT)
             continue;
         if (rq->send_by_ns && now >= rq->send_by_ns) {
             rs__aq_fail(as, rq, rs__fail(as->c, RS_ECONN, "no answer from Redis for %ld ms",
@@ -95,6 +110,22 @@ static void append_op(rs_async_t *as, rs_request_t *rq)
     if (rs__ctx_append(as->ctx, cmd.n, cmd.v, cmd.len) != 0 || ring_push(as, rq) != 0) {
         rs__aq_fail(as, rq, rs__fail(as->c, ENOMEM, "out of memory"));
         return;
+    }
+    if (as->c->min_replicas > 0 && (rq->op == OP_ACQ || rq->op == OP_CANCEL)) {
+        rs_sync_cmd_t sc;
+        rs__sync_cmd(as->c, cmd.v[3], cmd.len[3], &sc);
+        char n[16], t[24];
+        snprintf(n, sizeof n, "%d", as->c->min_replicas);
+        snprintf(t, sizeof t, "%ld", as->c->replica_timeout_ms);
+        const char *wv[3] = {"WAIT", n, t};
+        size_t wl[3] = {4, strlen(n), strlen(t)};
+        if (rs__ctx_append(as->ctx, sc.n, sc.v, sc.len) != 0 || ring_push(as, NULL) != 0 ||
+            rs__ctx_append(as->ctx, 3, wv, wl) != 0 || ring_push(as, &wait_mark) != 0) {
+            /* the call is on its way without its confirmation: this connection is dropped
+             * and what it owes sent again */
+            rs__aq_conn_broken(as);
+            return;
+        }
     }
     rq->st = ST_FLIGHT;
     rq->sent_ns = rs__now_ns();
@@ -141,10 +172,19 @@ static const rs_script_t *rq_script(const rs_request_t *rq)
     return rq->op == OP_HREL ? rq->hold->lease->script : rq->h->script;
 }
 
-static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
+static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long long acked);
+
+/* rq's reply r; 1 if r is kept (an acquiring call's, until its WAIT's reply), else 0. */
+static int on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
 {
     rs_client_t *c = as->c;
     uint64_t now = rs__now_ns();
+    if (r->type != REDIS_REPLY_ERROR && c->min_replicas > 0 &&
+        (rq->op == OP_ACQ || rq->op == OP_CANCEL)) {
+        as->confirm_rq = rq;
+        as->confirm_r = r;
+        return 1;
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         if (rs__is_noscript(r)) {
             const rs_script_t *s = rq_script(rq);
@@ -154,21 +194,21 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
                 rs__aq_want_send(as, rq, rq->op); /* behind the load, in the same pipeline */
             else
                 rs__aq_fail(as, rq, ENOMEM);
-            return;
+            return 0;
         }
         if (rs__is_transient(r)) {
             rs__aq_set_timer(as, rq, ST_DELAY, now + 20 * RS_NS_PER_MS);
-            return;
+            return 0;
         }
         if (rs__is_topology_error(c, r)) {
             rs__topo_changed(c);
             rq->resent = 1;
             rs__aq_want_send(as, rq, rq->op);
             rs__aq_conn_broken(as); /* the replies still owed come to nobody: resend them */
-            return;
+            return 0;
         }
         rs__aq_fail(as, rq, rs__reply_error(c, r));
-        return;
+        return 0;
     }
     rq->send_by_ns = 0;
     if (rq->op == OP_HREL || rq->op == OP_REL) {
@@ -182,7 +222,7 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
             rs__aq_finish_hold(as, rq, lost ? RS_ELOST : 0);
         else
             rs__aq_complete(as, rq, rq->undo_rc ? rq->undo_rc : ECANCELED, NULL);
-        return;
+        return 0;
     }
     if (rq->op == OP_GET) {
         int ev = rq->ev->decode(c, r, &rq->evstate);
@@ -194,8 +234,18 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
             uint64_t until = now + (uint64_t)rq->recheck_ms * RS_NS_PER_MS;
             rs__aq_to_wait(as, rq, until < rq->deadline_ns ? until : rq->deadline_ns);
         }
-        return;
+        return 0;
     }
+    on_acquiring(as, rq, r, -2);
+    return 0;
+}
+
+/* An acquiring call's reply r, with WAIT's count acked (-2: not confirmed, min_replicas 0;
+ * -1: WAIT failed). */
+static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long long acked)
+{
+    rs_client_t *c = as->c;
+    uint64_t now = rs__now_ns();
     rs_call_t k;
     rs__aq_call(rq, &k);
     rs_attempt_t at;
@@ -207,6 +257,16 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
     }
     if (at.done) {
         rs__aq_complete(as, rq, 0, NULL);
+        return;
+    }
+    if (at.granted && acked > -2 && acked < c->min_replicas) {
+        /* not safe against a failover: given back before anyone relies on it (under
+         * Sentinel a shortfall is how a master failed over but not yet demoted shows) */
+        rs__topo_changed(c);
+        rq->undo_rc = rs__fail(c, RS_EREPL, "WAIT: %lld of %d replica(s) confirmed the "
+                               "acquisition within %ld ms; it was undone", acked < 0 ? 0 : acked,
+                               c->min_replicas, c->replica_timeout_ms);
+        rs__aq_want_send(as, rq, OP_REL);
         return;
     }
     if (at.granted) {
@@ -244,6 +304,25 @@ static void on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
     rs__aq_to_wait(as, rq, until < rq->deadline_ns ? until : rq->deadline_ns);
 }
 
+/* WAIT's reply r: the kept acquiring reply is decided with its count. */
+static void on_wait(rs_async_t *as, redisReply *r)
+{
+    rs_request_t *rq = as->confirm_rq;
+    redisReply *kept = as->confirm_r;
+    if (!rq) /* its call met an error (NOSCRIPT...): decided already */
+        return;
+    as->confirm_rq = NULL;
+    as->confirm_r = NULL;
+    long long acked = -1;
+    if (r->type == REDIS_REPLY_INTEGER)
+        acked = r->integer;
+    else if (r->type == REDIS_REPLY_ERROR)
+        rs__log(as->c, RS_LOG_WARN, "WAIT: %s", r->str);
+    rq->send_by_ns = 0;
+    on_acquiring(as, rq, kept, acked);
+    freeReplyObject(kept);
+}
+
 void rs__aq_read(rs_async_t *as)
 {
     if (rs__tp_fill(as->ctx, 1) < 0) {
@@ -265,9 +344,13 @@ void rs__aq_read(rs_async_t *as)
         }
         rs_request_t *rq = ring_pop(as);
         as->progress_ns = rs__now_ns();
-        if (rq && rq->st == ST_FLIGHT)
-            on_reply(as, rq, r);
-        freeReplyObject(r);
+        int kept = 0;
+        if (rq == &wait_mark)
+            on_wait(as, r);
+        else if (rq && rq->st == ST_FLIGHT)
+            kept = on_reply(as, rq, r);
+        if (!kept)
+            freeReplyObject(r);
         if (!as->ctx)
             return;
     }

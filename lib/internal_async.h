@@ -119,6 +119,9 @@ typedef struct rs_async {
                                   asked for) then; timeout_ms without one is a stall */
     uint64_t next_dial_ns, drain_end_ns;
     int draining;
+    /* min_replicas > 0: the acquiring call whose reply waits for its WAIT's (async_wire.c) */
+    rs_request_t *confirm_rq;
+    redisReply *confirm_r;
 } rs_async_t;
 
 void rs__aq_poke(int fd);

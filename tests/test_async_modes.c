@@ -5,8 +5,13 @@
  *                       sentinel fails the master over to its replica; the I/O thread
  *                       follows the new master (READONLY / reconnect), every request
  *                       completes exactly once and is granted, grants never overlap
- *   refused_modes       redlock:// and min_replicas > 0: ENOTSUP at the call with the
- *                       reason, done never called, the hold left alone by release_async
+ *   refused_modes       redlock://: ENOTSUP at the call with the reason, done never
+ *                       called, the hold left alone by release_async
+ *   min_replicas_confirmed  a master and its replica, min_replicas 1: requests queued on a
+ *                       held mutex are granted one by one by handoffs, each confirmed by a
+ *                       WAIT in the pipeline (the announced grant asked again); with the
+ *                       replica stopped a grant is given back and done gets RS_EREPL, the
+ *                       mutex left free
  */
 #include <criterion/criterion.h>
 
@@ -160,19 +165,66 @@ Test(async_modes, refused_modes)
     rs_mutex_destroy(m);
     rs_client_close(c);
 
-    rs_config_init(&cfg);
-    cfg.url = s[0].url;
-    cfg.min_replicas = 1;
-    cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
-    cr_assert_eq(rs_mutex_init(&m, c, "mr"), 0);
-    cr_expect_eq(rs_mutex_acquire_async(m, NULL, never, NULL, &req), ENOTSUP);
-    cr_expect(strstr(rs_client_lasterror(c), "min_replicas") != NULL, "%s",
-              rs_client_lasterror(c));
-    tu_sleep_ms(100);
-    cr_expect_eq(rs_client_dispatch(c), 0);
-    cr_expect_eq(never_ran, 0);
-    rs_mutex_destroy(m);
-    rs_client_close(c);
     for (int i = 0; i < 3; i++)
         ts_server_stop(&s[i]);
+}
+
+Test(async_modes, min_replicas_confirmed)
+{
+    ts_server_t master, replica;
+    cr_assert_eq(ts_server_start(&master, "--repl-diskless-sync-delay", "0", NULL), 0);
+    char mp[16];
+    snprintf(mp, sizeof mp, "%d", master.port);
+    cr_assert_eq(ts_server_start(&replica, "--replicaof", "127.0.0.1", mp,
+                                 "--repl-diskless-sync-delay", "0", NULL), 0);
+    cr_assert_eq(ts_wait_replica_up(&replica, 15000), 0);
+    cr_assert_eq(ts_wait_replicas_online(&master, 1, 15000), 0);
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    cfg.url = master.url;
+    cfg.lease_ms = 3000;
+    cfg.timeout_ms = 5000;
+    cfg.min_replicas = 1;
+    cfg.replica_timeout_ms = 2000;
+    rs_client_t *c, *holder;
+    cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    cr_assert_eq(rs_client_open(&holder, &cfg), 0, "%s", rs_client_lasterror(NULL));
+    rs_mutex_t *m, *hm;
+    cr_assert_eq(rs_mutex_init(&m, c, "mr"), 0);
+    cr_assert_eq(rs_mutex_init(&hm, holder, "mr"), 0);
+    rs_hold_t *h;
+    cr_assert_eq(rs_mutex_acquire(hm, NULL, &h), 0, "%s", rs_client_lasterror(holder));
+    static tally_t t;
+    static treq_t r[20];
+    tally_pend(m, &t, r, 20);
+    cr_assert(tu_wait_zcard(&master, "mutex", "mr", 20, 10000), "queued: %lld",
+              tu_zcard_q(&master, "mutex", "mr"));
+    long long w0 = ts_info_ll(&master, "commandstats", "cmdstat_wait", "calls");
+    cr_assert_eq(rs_hold_release(h), 0);
+    cr_expect(loop_until(c, &t.ran, 20, 20000), "%d of 20 completed", t.ran);
+    cr_expect_eq(t.ok, 20, "granted %d, errors %d (last %d)", t.ok, t.errs, t.last_rc);
+    cr_expect_eq(t.overlap, 0);
+    long long waits = ts_info_ll(&master, "commandstats", "cmdstat_wait", "calls") - w0;
+    cr_expect_geq(waits, 20, "%lld WAIT for 20 grants", waits);
+
+    /* the replica stopped: a grant is not confirmed, so it is given back */
+    rs_mutex_t *f;
+    cr_assert_eq(rs_mutex_init(&f, c, "mf"), 0);
+    ts_server_pause(&replica);
+    one_t o = {0};
+    rs_request_t *req;
+    cr_assert_eq(rs_mutex_acquire_async(f, NULL, one_done, &o, &req), 0);
+    int ok = loop_until(c, &o.ran, 1, 10000);
+    ts_server_resume(&replica);
+    cr_assert(ok, "no completion");
+    cr_expect_eq(o.rc, RS_EREPL, "done(%d), not RS_EREPL", o.rc);
+    cr_expect_null(o.hold);
+    cr_expect_eq(ts_cmd_int(&master, "HEXISTS rs:{mf}:mutex o"), 0, "the undone grant stayed");
+    rs_mutex_destroy(f);
+    rs_mutex_destroy(m);
+    rs_mutex_destroy(hm);
+    rs_client_close(c);
+    rs_client_close(holder);
+    ts_server_stop(&replica);
+    ts_server_stop(&master);
 }
