@@ -84,15 +84,16 @@ int rs__rl_dial_all(rs_client_t *c, unsigned want, int have, uint64_t deadline,
  * sent everything and whose replies had not all come go to *late (with late NULL, to the
  * result): their connection owes replies (a late one would be read as the answer to the next
  * command sent there). */
-unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *arg, int ncmd,
-                       int enough, uint64_t deadline, redisReply **rep, unsigned *late)
+static unsigned fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *arg, int ncmd,
+                       int enough, uint64_t deadline, redisReply **rep, unsigned *late, int *skip)
 {
     uint64_t t0 = rs__now_ns();
     unsigned broken = 0, pending = 0;
-    int got[RS_SEEDS_MAX] = {0};
+    int got[RS_SEEDS_MAX] = {0}, owe[RS_SEEDS_MAX] = {0};
     for (int i = 0; i < n; i++) {
         if (!ctx[i])
             continue;
+        owe[i] = skip ? skip[i] : 0;
         int ok = 1;
         for (int j = 0; j < ncmd && ok; j++) {
             rs_argv_t a;
@@ -120,6 +121,11 @@ unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *ar
                 }
                 if (!r)
                     break;
+                if (owe[i] > 0) {
+                    freeReplyObject(r); /* owed to an earlier round, which has ended */
+                    owe[i]--;
+                    continue;
+                }
                 rep[i * ncmd + got[i]++] = r;
             }
             if (got[i] == ncmd)
@@ -160,14 +166,30 @@ unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *ar
                 broken |= 1u << who[x];
             }
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        if (skip)
+            skip[i] = ctx[i] && !(broken & (1u << i)) ? owe[i] + ncmd - got[i] : 0;
         if (ctx[i] && got[i] < ncmd && !(broken & (1u << i))) {
             if (late)
                 *late |= 1u << i;
             else
                 broken |= 1u << i;
         }
+    }
     return broken;
+}
+
+unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *arg, int ncmd,
+                       int enough, uint64_t deadline, redisReply **rep, unsigned *late)
+{
+    return fanout(ctx, n, build, arg, ncmd, enough, deadline, rep, late, NULL);
+}
+
+unsigned rs__rl_fanout_owed(redisContext **ctx, int n, rs_rl_build_fn build, void *arg,
+                            int ncmd, int *skip, uint64_t deadline, redisReply **rep,
+                            unsigned *late)
+{
+    return fanout(ctx, n, build, arg, ncmd, 0, deadline, rep, late, skip);
 }
 
 /* ----- late masters ------------------------------------------------------------------- */
