@@ -380,6 +380,13 @@ unsigned rs__rl_fanout_owed(redisContext **ctx, int n, rs_rl_build_fn build, voi
  * skipped; NOSCRIPT loads the script and sends again within the round. */
 void rs__rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                   unsigned mask, long budget_ms, redisReply **rep);
+/* The same for a call that may take several rounds: keep[i] (in and out) is master i's
+ * connection on which this call was sent and whose reply is still due; the next round reads
+ * it there instead of sending the call again. The caller hands what is left in keep to
+ * rs__rl_keep_late when it is done. */
+void rs__rl_round_keep(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                       unsigned mask, long budget_ms, redisReply **rep, rs_conn_t **keep);
+void rs__rl_keep_late(rs_client_t *c, int i, rs_conn_t *k);
 /* At open: a quorum of the masters reachable (and none refusing AUTH/SELECT) within
  * timeout_ms. 0, RS_ECONN, RS_ESERVER. */
 int rs__rl_open(rs_client_t *c);

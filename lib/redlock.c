@@ -113,10 +113,13 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
     memset(t, 0, sizeof *t);
     uint64_t end = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
     uint64_t nap = 5;
+    /* a master whose reply did not come within a round is read again in the next, never
+     * sent the call twice (rs__rl_round_keep) */
+    rs_conn_t *keep[RS_SEEDS_MAX] = {0};
     for (;;) {
         long budget = round_ms(c, lease_ms), left = rs__rl_ms_left(end);
-        rs__rl_round(c, s, nkeys, args, rs__rl_all_mask(c), budget < left ? budget : (left > 0 ? left : 1),
-                 rep);
+        rs__rl_round_keep(c, s, nkeys, args, rs__rl_all_mask(c),
+                          budget < left ? budget : (left > 0 ? left : 1), rep, keep);
         int answered = 0;
         for (int i = 0; i < n; i++)
             answered += rep[i] != NULL;
@@ -128,6 +131,9 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
         if (nap < 100)
             nap *= 2;
     }
+    for (int i = 0; i < n; i++)
+        if (keep[i])
+            rs__rl_keep_late(c, i, keep[i]);
     int err = 0;
     for (int i = 0; i < n; i++) {
         redisReply *r = rep[i];
