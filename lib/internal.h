@@ -418,11 +418,25 @@ typedef void (*rs_rl_build_fn)(void *arg, int j, rs_argv_t *out);
  * *late (late NULL: to the result). */
 unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *arg, int ncmd,
                        int enough, uint64_t deadline, redisReply **rep, unsigned *late);
+/* The watchdog's form: no `enough` (every master is waited for until deadline), and
+ * skip[i] replies that master i still owes from earlier rounds are read and dropped first
+ * (the new commands go out behind them). On return skip[i] is what master i still owes (its
+ * connection kept: in *late, not broken); 0 for a broken one. */
+unsigned rs__rl_fanout_owed(redisContext **ctx, int n, rs_rl_build_fn build, void *arg,
+                            int ncmd, int *skip, uint64_t deadline, redisReply **rep,
+                            unsigned *late);
 /* One script call on the masters of mask within budget_ms, from the pool; rep[i] master i's
  * reply (NULL: no answer; transient errors count as none); masters with a reply are
  * skipped; NOSCRIPT loads the script and sends again within the round. */
 void rs__rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                   unsigned mask, long budget_ms, redisReply **rep);
+/* The same for a call that may take several rounds: keep[i] (in and out) is master i's
+ * connection on which this call was sent and whose reply is still due; the next round reads
+ * it there instead of sending the call again. The caller hands what is left in keep to
+ * rs__rl_keep_late when it is done. */
+void rs__rl_round_keep(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                       unsigned mask, long budget_ms, redisReply **rep, rs_conn_t **keep);
+void rs__rl_keep_late(rs_client_t *c, int i, rs_conn_t *k);
 /* At open: a quorum of the masters reachable (and none refusing AUTH/SELECT) within
  * timeout_ms. 0, RS_ECONN, RS_ESERVER. */
 int rs__rl_open(rs_client_t *c);
@@ -450,6 +464,9 @@ int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_
 long rs__round_begin(int *res, int n, uint64_t cut_ns);
 void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent,
                         uint64_t cut_ns);
+/* Closes the watchdog's connection to master i (c->wd.cctx[i], on its thread only) and
+ * forgets the replies it owed. */
+void rs__rl_wd_drop(rs_client_t *c, int i);
 /* rs__wait_acquire's operations under Redlock (ctx: the rs_call_t). */
 extern const rs_acquire_ops_t rs__rl_ops;
 /* 0, or ENOTSUP with a message when the client is in Redlock mode: for the primitives that

@@ -101,7 +101,11 @@ struct rs_client {
         redisContext *ctx;     /* its own connection */
         unsigned ctx_gen;      /* its topology generation */
         uint64_t dial_after_ns; /* no dial ahead of a renewal before this (one failed) */
-        redisContext *cctx[RS_NODES_MAX]; /* cluster: one per node */
+        redisContext *cctx[RS_NODES_MAX]; /* cluster: one per node; redlock: per master */
+        /* Redlock: the replies cctx[i] still owes from rounds that ended without them (read
+         * and dropped at the next round there, redlock.c), and since when it owes */
+        int rl_owed[RS_SEEDS_MAX];
+        uint64_t rl_owed_since[RS_SEEDS_MAX];
         _Atomic uint64_t rec_until_ns; /* the holder record (record.c) is alive until then
                                           as far as known; 0: to be written */
         uint64_t rec_retry_ns; /* no early round to write it before this (one a lease) */

@@ -84,6 +84,14 @@ struct dial_wd {
     long io_ms;
 };
 
+void rs__rl_wd_drop(rs_client_t *c, int i)
+{
+    if (c->wd.cctx[i])
+        rs__ctx_free(c->wd.cctx[i]);
+    c->wd.cctx[i] = NULL;
+    c->wd.rl_owed[i] = 0;
+}
+
 static int dial_wd(void *arg, int i, long budget_ms)
 {
     struct dial_wd *dw = arg;
@@ -105,10 +113,13 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
     memset(t, 0, sizeof *t);
     uint64_t end = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
     uint64_t nap = 5;
+    /* a master whose reply did not come within a round is read again in the next, never
+     * sent the call twice (rs__rl_round_keep) */
+    rs_conn_t *keep[RS_SEEDS_MAX] = {0};
     for (;;) {
         long budget = round_ms(c, lease_ms), left = rs__rl_ms_left(end);
-        rs__rl_round(c, s, nkeys, args, rs__rl_all_mask(c), budget < left ? budget : (left > 0 ? left : 1),
-                 rep);
+        rs__rl_round_keep(c, s, nkeys, args, rs__rl_all_mask(c),
+                          budget < left ? budget : (left > 0 ? left : 1), rep, keep);
         int answered = 0;
         for (int i = 0; i < n; i++)
             answered += rep[i] != NULL;
@@ -120,6 +131,9 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
         if (nap < 100)
             nap *= 2;
     }
+    for (int i = 0; i < n; i++)
+        if (keep[i])
+            rs__rl_keep_late(c, i, keep[i]);
     int err = 0;
     for (int i = 0; i < n; i++) {
         redisReply *r = rep[i];
@@ -414,6 +428,17 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
         return;
     *sent = rs__now_ns();
     uint64_t deadline = *sent + (uint64_t)io_ms * RS_NS_PER_MS;
+    long lease_min = batch[0]->lease_ms;
+    for (int j = 1; j < n; j++)
+        if (batch[j]->lease_ms < lease_min)
+            lease_min = batch[j]->lease_ms;
+    /* a connection that has owed replies for a whole lease: the master hangs */
+    for (int i = 0; i < nm; i++)
+        if (c->wd.cctx[i] && c->wd.rl_owed[i] > 0 &&
+            *sent - c->wd.rl_owed_since[i] > (uint64_t)lease_min * RS_NS_PER_MS) {
+            rs__rl_wd_drop(c, i);
+            rs__rl_mark(c, i, 0);
+        }
     rs_lease_scratch_t s;
     struct renew_cmds rc = {batch, &s};
     unsigned todo = rs__rl_all_mask(c);
@@ -431,20 +456,32 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
         }
         struct dial_wd dw = {c, io_ms};
         rs__rl_dial_all(c, want, have, deadline, dial_wd, &dw);
+        int skip[RS_SEEDS_MAX] = {0};
         for (int i = 0; i < nm; i++)
-            if (todo & (1u << i))
+            if (todo & (1u << i)) {
                 ctx[i] = c->wd.cctx[i];
+                skip[i] = ctx[i] ? c->wd.rl_owed[i] : 0;
+            }
         /* every master's replies are waited for until the deadline, not only a quorum's
-         * plus as long again: a reply that a retransmission delays is slow, not lost, and
-         * a connection left owing replies is dropped (late NULL) and must be dialled again,
-         * two round trips, which a slow link could not afford round after round (false
+         * plus as long again: a reply that a retransmission delays is slow, not lost. A
+         * master whose replies have not all come by then keeps its connection with the
+         * replies it owes (read and dropped at the next round, whose renewals go out
+         * behind them): dropping it cost a dial, two round trips and, when a SYN is lost,
+         * a second, which a slow, lossy link could not afford round after round (false
          * loss reports under 150-250 ms round trips with 5 % loss, net-rl-slowloss). The
-         * watchdog's round may take this long: the leases' deadlines cut it (cut_ns) */
-        unsigned broken = rs__rl_fanout(ctx, nm, build_renew, &rc, n, 0, deadline, rep, NULL);
+         * leases' deadlines cut the round (cut_ns) */
+        unsigned late = 0;
+        unsigned broken = rs__rl_fanout_owed(ctx, nm, build_renew, &rc, n, skip, deadline, rep,
+                                             &late);
         unsigned again = 0;
         for (int i = 0; i < nm; i++) {
             if (!ctx[i])
                 continue;
+            if (!(broken & (1u << i))) {
+                if (skip[i] > 0 && c->wd.rl_owed[i] == 0)
+                    c->wd.rl_owed_since[i] = *sent;
+                c->wd.rl_owed[i] = skip[i];
+            }
             for (int j = 0; j < n; j++) {
                 redisReply **r = &rep[i * n + j];
                 if (*r && rs__is_noscript(*r)) {
@@ -454,7 +491,9 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
                             batch[j]->kind, batch[j]->name, i, (*r)->str);
                 }
             }
-            if ((again & (1u << i)) && !(broken & (1u << i))) {
+            if ((again & (1u << i)) && (broken & (1u << i) || c->wd.rl_owed[i] > 0))
+                again &= ~(1u << i); /* its replies are still due: not in this round */
+            if (again & (1u << i)) {
                 /* loaded, then the whole pipeline once more (renewing twice is harmless) */
                 for (int j = 0; j < n; j++)
                     if (rep[i * n + j]) {
@@ -467,8 +506,7 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
                             again &= ~(1u << i), broken |= 1u << i;
             }
             if (broken & (1u << i)) {
-                rs__ctx_free(c->wd.cctx[i]);
-                c->wd.cctx[i] = NULL;
+                rs__rl_wd_drop(c, i);
                 if (!rep[i * n])
                     rs__rl_mark(c, i, 0);
             }

@@ -84,16 +84,22 @@ int rs__rl_dial_all(rs_client_t *c, unsigned want, int have, uint64_t deadline,
  * sent everything and whose replies had not all come go to *late (with late NULL, to the
  * result): their connection owes replies (a late one would be read as the answer to the next
  * command sent there). */
-unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *arg, int ncmd,
-                       int enough, uint64_t deadline, redisReply **rep, unsigned *late)
+static unsigned fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *arg, int ncmd,
+                       int enough, uint64_t deadline, redisReply **rep, unsigned *late, int *skip,
+                       unsigned nowrite)
 {
     uint64_t t0 = rs__now_ns();
     unsigned broken = 0, pending = 0;
-    int got[RS_SEEDS_MAX] = {0};
+    int got[RS_SEEDS_MAX] = {0}, owe[RS_SEEDS_MAX] = {0};
     for (int i = 0; i < n; i++) {
         if (!ctx[i])
             continue;
+        owe[i] = skip ? skip[i] : 0;
         int ok = 1;
+        if (nowrite & (1u << i)) {
+            pending |= 1u << i; /* sent by an earlier round of the same call */
+            continue;
+        }
         for (int j = 0; j < ncmd && ok; j++) {
             rs_argv_t a;
             build(arg, j, &a);
@@ -120,6 +126,11 @@ unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *ar
                 }
                 if (!r)
                     break;
+                if (owe[i] > 0) {
+                    freeReplyObject(r); /* owed to an earlier round, which has ended */
+                    owe[i]--;
+                    continue;
+                }
                 rep[i * ncmd + got[i]++] = r;
             }
             if (got[i] == ncmd)
@@ -160,14 +171,30 @@ unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *ar
                 broken |= 1u << who[x];
             }
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        if (skip)
+            skip[i] = ctx[i] && !(broken & (1u << i)) ? owe[i] + ncmd - got[i] : 0;
         if (ctx[i] && got[i] < ncmd && !(broken & (1u << i))) {
             if (late)
                 *late |= 1u << i;
             else
                 broken |= 1u << i;
         }
+    }
     return broken;
+}
+
+unsigned rs__rl_fanout(redisContext **ctx, int n, rs_rl_build_fn build, void *arg, int ncmd,
+                       int enough, uint64_t deadline, redisReply **rep, unsigned *late)
+{
+    return fanout(ctx, n, build, arg, ncmd, enough, deadline, rep, late, NULL, 0);
+}
+
+unsigned rs__rl_fanout_owed(redisContext **ctx, int n, rs_rl_build_fn build, void *arg,
+                            int ncmd, int *skip, uint64_t deadline, redisReply **rep,
+                            unsigned *late)
+{
+    return fanout(ctx, n, build, arg, ncmd, 0, deadline, rep, late, skip, 0);
 }
 
 /* ----- late masters ------------------------------------------------------------------- */
@@ -224,6 +251,11 @@ static rs_conn_t *late_take(rs_client_t *c, int i, long budget_ms)
     return NULL;
 }
 
+void rs__rl_keep_late(rs_client_t *c, int i, rs_conn_t *k)
+{
+    late_keep(c, i, k, 1);
+}
+
 void rs__rl_forget(rs_client_t *c)
 {
     for (int i = 0; i < RS_SEEDS_MAX; i++) {
@@ -266,6 +298,12 @@ static int dial_pool(void *arg, int i, long budget_ms)
 void rs__rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                      unsigned mask, long budget_ms, redisReply **rep)
 {
+    rs__rl_round_keep(c, s, nkeys, args, mask, budget_ms, rep, NULL);
+}
+
+void rs__rl_round_keep(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
+                       unsigned mask, long budget_ms, redisReply **rep, rs_conn_t **keep)
+{
     int n = c->ep.nseeds;
     uint64_t deadline = rs__now_ns() + (uint64_t)budget_ms * RS_NS_PER_MS;
     rs_argv_t ev;
@@ -274,10 +312,18 @@ void rs__rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv
     for (int pass = 0; pass < 2; pass++) {
         struct dial_pool dp = {c, {0}};
         redisContext *ctx[RS_SEEDS_MAX] = {0};
-        unsigned want = 0;
+        unsigned want = 0, sent = 0;
         int have = 0;
         for (int i = 0; i < n; i++) {
             if (rep[i]) {
+                have++;
+            } else if (keep && keep[i]) {
+                /* this call went there in an earlier round and its reply is still due: it
+                 * is read, never sent again (a release sent twice finds its own first
+                 * copy's work done and answers 0, which read as a lost hold) */
+                dp.k[i] = keep[i];
+                keep[i] = NULL;
+                sent |= 1u << i;
                 have++;
             } else if (mask & (1u << i)) {
                 /* a master marked down is asked only if the others cannot make a quorum */
@@ -310,8 +356,8 @@ void rs__rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv
             answered += rep[i] != NULL;
         int enough = rs__rl_quorum(c) - answered;
         unsigned late = 0;
-        unsigned broken = rs__rl_fanout(ctx, n, build_one, &oc, 1, enough > 0 ? enough : 1, deadline,
-                                 got, &late);
+        unsigned broken = fanout(ctx, n, build_one, &oc, 1, enough > 0 ? enough : 1, deadline,
+                                 got, &late, NULL, sent);
         int reload = 0;
         for (int i = 0; i < n; i++) {
             if (!ctx[i])
@@ -333,7 +379,9 @@ void rs__rl_round(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv
                 rs__rl_mark(c, i, 1);
             else if (broken & (1u << i))
                 rs__rl_mark(c, i, 0); /* the connection failed */
-            if (late & (1u << i))
+            if ((late & (1u << i)) && keep)
+                keep[i] = k[i]; /* the caller's next round reads its reply */
+            else if (late & (1u << i))
                 late_keep(c, i, k[i], 1); /* slow, not down: its reply is read later */
             else
                 rs__conn_put(c, k[i], (broken & (1u << i)) != 0);

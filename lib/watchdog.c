@@ -739,6 +739,7 @@ static void free_conns(rs_client_t *c)
             rs__ctx_free(c->wd.cctx[i]);
             c->wd.cctx[i] = NULL;
         }
+    memset(c->wd.rl_owed, 0, sizeof c->wd.rl_owed);
 }
 
 void rs__watchdog_stats(rs_client_t *c, rs_wd_stats_t *out)

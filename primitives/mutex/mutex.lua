@@ -211,8 +211,11 @@ end
 -- lock for it for a short while (fields 'w' = its id, 'x' = server ms the reservation ends):
 -- until then a free lock is busy for anyone else, so a releaser that relocks at once does not
 -- take it back before the woken waiter's retry arrives (barging starved waiters). The
--- reservation is lease/20 of the waiter's queue lease, 20 to 500 ms: a waiter that died or
--- whose message was lost costs this master that long, and the others are not held up.
+-- reservation is lease/10 of the waiter's queue lease, 20 to 500 ms: a waiter that died or
+-- whose message was lost costs this master that long, and the others are not held up. It
+-- must outlast one round trip (the wake-up out, the retry back): lease/20, 150 ms for a 3 s
+-- lease, lapsed under 150-250 ms round trips before the woken waiter's retry arrived, and
+-- whoever asked first took the lock (waiters starved for 15 s, net-rl-slowloss).
 local function wake_head(now_ms)
   if not now_ms then
     if redis.call('ZCARD', KEYS[3]) == 0 then return end
@@ -220,7 +223,7 @@ local function wake_head(now_ms)
   end
   local head, info = live_head(now_ms)
   if not head then return end
-  local r = math.floor(tonumber(string.match(info, '^%d+ (%d+) ')) / 20)
+  local r = math.floor(tonumber(string.match(info, '^%d+ (%d+) ')) / 10)
   if r < 20 then r = 20 elseif r > 500 then r = 500 end
   redis.call('HSET', KEYS[1], 'w', head, 'x', fmt(now_ms + r))
   if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], 10000) end
