@@ -55,13 +55,18 @@
 #include "faults.h"
 #include "redisync.h"
 
-/* Network scenarios: mutex, 8 processes, 2 names, lease 3000 ms, timeout_ms 2000. */
+/* Network scenarios: mutex (and one rwlock, one semaphore), 8 processes, lease 3000 ms,
+ * timeout_ms 2000. */
 const scenario_t net_scenarios[] = {
     /* name             prim     aof procs secs lease timeout faults                 names sem latch round sentinel minrep redlock net tls optin async */
     {"net-blackhole",   P_MUTEX, 1,  8,    36,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0, 0},
     {"net-oneway",      P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_ONEWAY),      2,    0,  0,    0,    0, 0, 0, NET_ONEWAY, 0, 0, 0},
     {"net-slow-lossy",  P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0, 0},
     {"net-flap",        P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_FLAP),        2,    0,  0,    0,    0, 0, 0, NET_FLAP, 0, 0, 0},
+    /* the read-write lock (writers and readers) and a semaphore of 3 permits, under the
+     * black hole and the slow, lossy links */
+    {"net-rw-blackhole", P_RWLOCK, 1, 8,   30,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0, 0},
+    {"net-sem-slow-lossy", P_SEM, 1,  8,   30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  1,    3,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0, 0},
     /* Redlock (three masters, appendonly + fsync always): one worker cut from one master
      * (the others reach it, and it reaches the others); then the slow, lossy links on every
      * master: opt-in (--only net-rl-slowloss): no false loss report in 8 runs at --scale 20
@@ -548,7 +553,17 @@ typedef struct nsec {
     int64_t t_req, t_acq, t_rel, t_lost;
     int rc;
     long onlost;
+    char mode; /* 'r' a reader, 'w' a writer (rwlock) */
 } nsec_t;
+
+/* Whether j's grant takes i's name from it: readers share a rwlock, and a semaphore's
+ * permits are shared (the checker's I3 counts them); only an exclusive pair is a takeover. */
+static int excludes(const scenario_t *sc, const nsec_t *i, const nsec_t *j)
+{
+    if (sc->prim == P_SEM)
+        return 0;
+    return sc->prim != P_RWLOCK || i->mode == 'w' || j->mode == 'w';
+}
 
 static int cmp64(const void *a, const void *b)
 {
@@ -575,8 +590,9 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
         long long a, b, req = 0, lost = 0;
         int gen;
         unsigned long long f;
-        if (sscanf(list->element[i]->str, "%d %d %15s %llu %lld %lld %d %*d %*d %*u %*c %ld %lld %lld",
-                   &s[m].slot, &gen, s[m].name, &f, &a, &b, &s[m].rc, &s[m].onlost, &req, &lost) < 9)
+        if (sscanf(list->element[i]->str, "%d %d %15s %llu %lld %lld %d %*d %*d %*u %c %ld %lld %lld",
+                   &s[m].slot, &gen, s[m].name, &f, &a, &b, &s[m].rc, &s[m].mode, &s[m].onlost,
+                   &req, &lost) < 10)
             continue;
         s[m].t_req = req, s[m].t_acq = a, s[m].t_rel = b, s[m].t_lost = lost;
         m++;
@@ -647,7 +663,7 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
             int64_t take = -1;
             for (size_t j = 0; j < m; j++)
                 if (s[j].slot != s[i].slot && strcmp(s[j].name, s[i].name) == 0 && s[j].t_acq > tc &&
-                    (take < 0 || s[j].t_acq < take))
+                    excludes(sc, &s[i], &s[j]) && (take < 0 || s[j].t_acq < take))
                     take = s[j].t_acq;
             if (kind != 'F' && !part)
                 r->cut_holders++;
