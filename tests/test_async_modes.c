@@ -50,16 +50,22 @@ static int is_replica(const ts_server_t *s)
     return yes;
 }
 
+/* A master and its replica, the replica's link up and online on the master. */
+static void start_pair(ts_server_t *master, ts_server_t *replica)
+{
+    cr_assert_eq(ts_server_start(master, "--repl-diskless-sync-delay", "0", NULL), 0);
+    char mp[16];
+    snprintf(mp, sizeof mp, "%d", master->port);
+    cr_assert_eq(ts_server_start(replica, "--replicaof", "127.0.0.1", mp,
+                                 "--repl-diskless-sync-delay", "0", NULL), 0);
+    cr_assert_eq(ts_wait_replica_up(replica, 15000), 0);
+    cr_assert_eq(ts_wait_replicas_online(master, 1, 15000), 0);
+}
+
 Test(async_modes, sentinel_failover)
 {
     ts_server_t master, replica, sent;
-    cr_assert_eq(ts_server_start(&master, "--repl-diskless-sync-delay", "0", NULL), 0);
-    char mp[16];
-    snprintf(mp, sizeof mp, "%d", master.port);
-    cr_assert_eq(ts_server_start(&replica, "--replicaof", "127.0.0.1", mp,
-                                 "--repl-diskless-sync-delay", "0", NULL), 0);
-    cr_assert_eq(ts_wait_replica_up(&replica, 15000), 0);
-    cr_assert_eq(ts_wait_replicas_online(&master, 1, 15000), 0);
+    start_pair(&master, &replica);
     cr_assert_eq(ts_sentinel_start(&sent, MASTER_NAME, master.port, 1, 1000, 5000), 0);
     char url[512];
     snprintf(url, sizeof url, "redis-sentinel://%s127.0.0.1:%d/%s", ts_deploy_userinfo(),
@@ -172,13 +178,7 @@ Test(async_modes, refused_modes)
 Test(async_modes, min_replicas_confirmed)
 {
     ts_server_t master, replica;
-    cr_assert_eq(ts_server_start(&master, "--repl-diskless-sync-delay", "0", NULL), 0);
-    char mp[16];
-    snprintf(mp, sizeof mp, "%d", master.port);
-    cr_assert_eq(ts_server_start(&replica, "--replicaof", "127.0.0.1", mp,
-                                 "--repl-diskless-sync-delay", "0", NULL), 0);
-    cr_assert_eq(ts_wait_replica_up(&replica, 15000), 0);
-    cr_assert_eq(ts_wait_replicas_online(&master, 1, 15000), 0);
+    start_pair(&master, &replica);
     rs_config_t cfg;
     rs_config_init(&cfg);
     cfg.url = master.url;
