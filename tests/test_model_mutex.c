@@ -100,12 +100,6 @@ static void step_acquire(model_t *m, int i)
         m->holder = i;
     } else {
         tm_expect_busy_new(&m->w, i, r, mode, "held");
-        /* the counter a busy answer shows: a wake-up whose token is not above it is taken
-         * for stale (lib/wait.c), so it must not be below any token granted yet */
-        char seen[32];
-        unsigned long long v = strtoull(tm_el(r, 3, seen, sizeof seen), NULL, 10);
-        TM_FAIL_IF(v < tm_last_granted, "busy reply's counter %llu below the last grant's %llu",
-                   v, tm_last_granted);
     }
     freeReplyObject(r);
 }

@@ -54,15 +54,11 @@
 --   force   operators: drops the current hold (its holder learns at its next renewal) and
 --           hands the mutex to the first live waiter; 1 if something was held, else 0
 --
--- Every key a call writes is read before the script first writes (a read of a key of
--- another type fails with WRONGTYPE, and a script that fails half-way keeps its earlier
--- writes): acq and rel are ordered so that their reads check the keys, which spares four TYPE
--- calls on the hot path; cancel checks explicitly. One exception, undone on failure: the
--- owner's release pops the queue's head (ZPOPMIN, its read and removal in one call) before it
--- reads qi and the fencing counter, and puts it back if either is of another type
--- (hand_popped). A queued acq on a held lock does not read the fencing counter (its reply's is
--- the hold's 'f'). Releases free memory before they allocate (under noeviction a script fails
--- at its first allocating write). Time comes only from the server (TIME).
+-- Every key is read before the script first writes (a read of a key of another type fails
+-- with WRONGTYPE, and a script that fails half-way keeps its earlier writes): acq and rel are
+-- ordered so that their reads check the keys, which spares four TYPE calls on the hot path;
+-- cancel checks explicitly. Releases free memory before they allocate (under noeviction a
+-- script fails at its first allocating write). Time comes only from the server (TIME).
 
 local op = ARGV[1]
 local mode = ARGV[6] or ''
@@ -83,29 +79,20 @@ end
 -- The uncontended acquire and release, first and in as few calls as possible: the lock free
 -- and nobody queued, or ours and nobody to hand it to. They return before the helpers below
 -- are defined (docs/performance.md, "Uncontended cost per primitive"). Their reads check
--- every key they write; anything else falls through, with the hold's fields read (h: o, a,
--- r, and for acq f, the hold's fencing token, which a busy acq answers with; the release
--- does not need it).
-local h, popped -- popped: the queue's head {id, score}, taken out by the owner's release
-local th -- SHA1 of the owner token, once computed (0.4 us a time)
+-- every key they write; anything else falls through, with the hold's fields read (h).
+local h, first -- first: the queue's first id, if the fast release read it
 if (op == 'acq' or op == 'rel') and not redlock then
-  if op == 'acq' then
-    h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r', 'f')
-  else
-    h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
-  end
+  h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
   if op == 'acq' and not h[1] and redis.call('ZCARD', KEYS[3]) == 0 then
     local _, now_us = clock()
     local f = mutex_grant(KEYS[1], KEYS[2], redis.sha1hex(ARGV[2]), ARGV[3], ARGV[4], now_us,
                           mutex_released(h))
     return {1, f, tonumber(ARGV[4])}
   end
-  if op == 'rel' and h[2] == ARGV[3] then th = redis.sha1hex(ARGV[2]) end
-  if op == 'rel' and h[2] == ARGV[3] and h[1] == th then
-    -- the queue's head, read and removed in one call: the handover (hand_popped, below)
-    -- starts from it, and puts it back if the call fails
-    popped = redis.call('ZPOPMIN', KEYS[3])
-    if not popped[1] then
+  if op == 'rel' and h[2] == ARGV[3] and h[1] == redis.sha1hex(ARGV[2]) then
+    -- the queue's head, which a handover (below) starts from
+    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not first then
       release_free()
       return 1
     end
@@ -116,6 +103,12 @@ end
 -- The helpers of primitives/common.lua (q_*, wake, acq_route) come here.
 local function check_types()
   return wrong_type({'hash', 'string', 'zset', 'hash'}, 'mutex')
+end
+
+-- The fencing token the lock's hash keeps ('f': the hold's, or the released hold's while
+-- the tombstone lasts), read only where a reply needs it: the fast paths' HMGET leaves it out.
+local function hold_fence()
+  return redis.call('HGET', KEYS[1], 'f')
 end
 
 -- grant() is the first writer of every path that reaches it, so next_fence's GET also
@@ -132,79 +125,25 @@ local function live_head(now_ms, first_id)
   return q_live_head(KEYS[3], KEYS[4], now_ms, first_id)
 end
 
--- Grants the free lock to the live waiter head (lease and token hash: from its queue entry),
--- which the caller takes out of the queue, and wakes it with one message on its own client's
--- channel. Returns the fencing token.
-local function hand_to(head, lease, tok, now_us, prev)
-  local f = grant(tok, head, lease, now_us, prev)
-  wake(ARGV[5], KEYS[1], head, head .. ' ' .. f)
-  return f
-end
-
--- Hands the free lock to the first live waiter (hand_to). Returns its fencing token, or nil
--- if nobody live waits. now_ms may be nil (read TIME only when someone waits). head, info:
--- the first live waiter and its entry if the caller has just found them (live_head).
-local function hand_to_head(now_ms, now_us, prev, head, info)
-  if not head then
-    local first
-    if not now_ms then
-      first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-      if not first then return nil end
-      now_ms, now_us = clock()
+-- Hands the free lock to the first live waiter and wakes it with one message on its own
+-- client's channel. Returns true if someone got it. now_ms may be nil (read TIME only when
+-- someone waits: the common release has an empty queue). first_id: the queue's first id if
+-- the caller read it (the fast release's ZRANGE), else nil.
+local function hand_to_head(now_ms, now_us, prev, first_id)
+  if not now_ms then
+    if not first_id then
+      first_id = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+      if not first_id then return false end
     end
-    head, info = live_head(now_ms, first)
-    if not head then return nil end
+    now_ms, now_us = clock()
   end
+  local head, info = live_head(now_ms, first_id)
+  if not head then return false end
   local _, lease, tok = string.match(info, '^(%d+) (%d+) (%x+)$')
-  local f = hand_to(head, lease, tok, now_us, prev)
+  local f = grant(tok, head, lease, now_us, prev)
   drop(head)
-  return f
-end
-
--- Puts back the queue's head {id, score} that the release popped (ZPOPMIN) when the call
--- fails after all: a pop of the last member took the key and its TTL, which qi's (always
--- the same) gives back.
-local function unpop(id, score)
-  redis.call('ZADD', KEYS[3], score, id)
-  if redis.call('PTTL', KEYS[3]) < 0 then
-    local t = redis.call('PTTL', KEYS[4])
-    redis.call('PEXPIRE', KEYS[3], t > 0 and t or 60000)
-  end
-end
-
--- The owner's release with waiters queued: hands the lock to the first live one, from the
--- head the fast path popped (ZPOPMIN reads and removes it in one call, where ZRANGE and ZREM
--- took two), popping expired entries on the way. The pop is the call's first write, made
--- before qi and the fencing counter are read: should either be of another type, the popped
--- candidate goes back to its place (unpop) and the WRONGTYPE error is returned, so a failed
--- release still leaves nothing behind (tests/test_script_types.c). Under noeviction the pop
--- frees memory first, so the handover's writes are allowed. Returns true if someone got it,
--- false if nobody live waited (the caller frees the lock), or an error reply.
-local function hand_popped(id, score, prev)
-  local now_ms, now_us = clock()
-  while id do
-    local info = redis.pcall('HGET', KEYS[4], id)
-    if type(info) == 'table' and info.err then
-      unpop(id, score)
-      return info
-    end
-    local exp, lease, tok
-    if info then exp, lease, tok = string.match(info, '^(%d+) (%d+) (%x+)$') end
-    if exp and tonumber(exp) > now_ms then
-      local ok, err = pcall(hand_to, id, lease, tok, now_us, prev)
-      if not ok then
-        unpop(id, score)
-        if type(err) == 'table' then return err end
-        return redis.error_reply(tostring(err))
-      end
-      redis.call('HDEL', KEYS[4], id)
-      return true
-    end
-    if info then redis.call('HDEL', KEYS[4], id) end
-    local p = redis.call('ZPOPMIN', KEYS[3])
-    id, score = p[1], p[2]
-  end
-  return false
+  wake(ARGV[5], KEYS[1], head, head .. ' ' .. f)
+  return true
 end
 
 -- Redlock: wakes the first live waiter with "ACQID retry" (no handoff), and reserves the free
@@ -252,7 +191,7 @@ local function enqueue(tokhash, now_ms)
                tonumber(ARGV[8]), now_ms, redlock and tonumber(ARGV[9]) or nil)
 end
 
-local tokhash = th or redis.sha1hex(ARGV[2])
+local tokhash = redis.sha1hex(ARGV[2])
 
 -- Redlock: the attempt's number (ARGV[11]), or nil
 local attempt = redlock and ARGV[11] ~= '' and ARGV[11] or nil
@@ -270,25 +209,7 @@ if op == 'renew' then
   return 0
 end
 
-if op == 'qrenew' and not redlock then
-  -- the entry's lease first (the common answer in three calls): HSET replies 0 when it
-  -- replaced the entry; 1 when it made a new one, the entry being gone (taken back at once:
-  -- the lock then says whether it was handed to this id). A qi of another type fails HSET
-  -- before it writes; the lock is only read.
-  local now_ms = clock()
-  if redis.call('HSET', KEYS[4], ARGV[3], qinfo(tokhash, now_ms)) == 0 then
-    q_keep(KEYS[3], KEYS[4], 2 * tonumber(ARGV[8]))
-    return 1
-  end
-  redis.call('HDEL', KEYS[4], ARGV[3])
-  local h = redis.call('HMGET', KEYS[1], 'o', 'a')
-  if h[1] == tokhash and h[2] == ARGV[3] then return 2 end
-  return 0
-end
-
 if op == 'qrenew' then
-  -- Redlock: a granted waiter keeps its queue entry until its release (acq below), so the
-  -- lock is asked first
   local h = redis.call('HMGET', KEYS[1], 'o', 'a')
   if h[1] == tokhash and h[2] == ARGV[3] then return 2 end
   local info = redis.call('HGET', KEYS[4], ARGV[3])
@@ -299,9 +220,7 @@ if op == 'qrenew' then
   return 1
 end
 
--- the hold's fields; h[4], 'f', is the fencing token of the hold, or of the released hold
--- while the tombstone lasts
-h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r', 'f')
+h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
 
 if op == 'acq' then
   if h[1] == tokhash then
@@ -312,9 +231,9 @@ if op == 'acq' then
         -- crosses a slow link, and the quorum with it)
         stamp()
         redis.call('PEXPIRE', KEYS[1], ARGV[4])
-        return {1, h[4], tonumber(ARGV[4])}
+        return {1, hold_fence(), tonumber(ARGV[4])}
       end
-      return {1, h[4], redis.call('PTTL', KEYS[1])}
+      return {1, hold_fence(), redis.call('PTTL', KEYS[1])}
     end
     local m1 = string.sub(mode, 1, 1)
     if m1 ~= 'Q' and m1 ~= 'T' then return {-1} end
@@ -345,22 +264,18 @@ if op == 'acq' then
       return {1, f, tonumber(ARGV[4])}
     end
   end
-  -- the fencing counter, which stale wake-ups do not pass (lib/wait.c): without Redlock, a
-  -- held lock's token is the counter (every grant stores the token it draws in both, and
-  -- nothing else moves the counter), so the HMGET's 'f' spares a GET
-  local seen = not redlock and h[1] and h[4] or nil
   if not h[1] and not reserved then
     -- free: FIFO, so only the first live waiter (or anyone, if none waits) may take it
-    local head, info = live_head(now_ms)
+    local head = live_head(now_ms)
     if not head or head == ARGV[3] then
       local f = grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h))
       if head then drop(head) end
       return {1, f, tonumber(ARGV[4])}
     end
-    seen = hand_to_head(now_ms, now_us, mutex_released(h), head, info)
+    hand_to_head(now_ms, now_us, mutex_released(h))
   end
   local ttl = reserved or redis.call('PTTL', KEYS[1])
-  seen = seen or redis.call('GET', KEYS[2]) or '0'
+  local seen = redis.call('GET', KEYS[2]) or '0' -- stale wake-ups carry no more (lib/wait.c)
   if string.sub(mode, 1, 1) ~= 'q' and string.sub(mode, 1, 1) ~= 'Q' then
     return {0, ttl, 0, seen}
   end
@@ -389,10 +304,7 @@ if op == 'rel' then
     return 1
   end
   if h[1] == tokhash and h[2] == ARGV[3] then
-    -- without Redlock: the fast path above popped a waiter (an empty queue returned there)
-    local r = hand_popped(popped[1], popped[2], ARGV[3])
-    if r == false then release_free() end
-    if type(r) == 'table' then return r end
+    if not hand_to_head(nil, nil, ARGV[3], first) then release_free() end
     return 1
   end
   -- a retried release: 'a' of the free lock's tombstone names it, or 'r' (the release a
@@ -403,7 +315,7 @@ end
 
 if op == 'info' then
   local exists = redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) > 0 and 1 or 0
-  local fence = h[4] or redis.call('GET', KEYS[2]) or '0'
+  local fence = hold_fence() or redis.call('GET', KEYS[2]) or '0'
   local waiters = redis.call('ZCARD', KEYS[3])
   if not h[1] then return {exists, 0, -1, fence, waiters, 0, -1, -1, -1} end
   local n = tonumber(redis.call('HGET', KEYS[1], 'n')) or 1
@@ -431,7 +343,7 @@ if op == 'cancel' then
   local err = check_types()
   if err then return err end
   if h[1] == tokhash and h[2] == ARGV[3] then
-    return {1, h[4], redis.call('PTTL', KEYS[1])}
+    return {1, hold_fence(), redis.call('PTTL', KEYS[1])}
   end
   drop(ARGV[3])
   if not h[1] then
