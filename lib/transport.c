@@ -19,7 +19,7 @@
  *   is send(MSG_NOSIGNAL): no SIGPIPE, no signal mask.
  * - rs_tls_t is one per client: the SSL_CTX (TLS 1.2 or newer, verification on unless
  *   tls_verify=0, CA, client certificate and key read once), the BIO method and the last
- *   session of each server, offered again on reconnect (resumption). No OpenSSL global state
+ *   session of each server, offered once on a reconnect (resumption). No OpenSSL global state
  *   is touched (OpenSSL 3 needs no initialisation).
  * - A context with a TLS session must be freed with rs__ctx_free (the session is dropped
  *   without a close_notify: nothing is written, so a fork child may free the parent's).
@@ -160,12 +160,20 @@ static int no_passphrase(char *buf, int size, int rwflag, void *u)
     return 0; /* an encrypted key fails to load instead of prompting on a terminal */
 }
 
-/* The callback of a new session (a TLS 1.3 ticket arrives after the handshake): kept as the
- * server's last session. 1: we took the reference. */
-static int new_session(SSL *ssl, SSL_SESSION *s)
+/* The callback of a new session (a TLS 1.3 ticket arrives after the handshake): a copy is
+ * kept as the server's last session (0: the connection keeps s to itself). A copy, and taken
+ * out by the connection that resumes it (session_get), so that no SSL_SESSION is ever shared
+ * by two connections: one connection's next ticket copies its session's certificate stack
+ * while another's frees it (check-tsan's TLS pass reported it when the store kept s itself,
+ * which the connection that made it still used), and TLS 1.3 wants tickets used once (RFC
+ * 8446, C.4). */
+static int new_session(SSL *ssl, SSL_SESSION *s0)
 {
     rs_tp_t *tp = SSL_get_app_data(ssl);
-    if (!tp || !tp->key[0] || !SSL_SESSION_is_resumable(s))
+    if (!tp || !tp->key[0] || !SSL_SESSION_is_resumable(s0))
+        return 0;
+    SSL_SESSION *s = SSL_SESSION_dup(s0);
+    if (!s)
         return 0;
     rs_tls_t *t = tp->tls;
     pthread_mutex_lock(&t->mu);
@@ -179,13 +187,15 @@ static int new_session(SSL *ssl, SSL_SESSION *s)
             i = (int)(rs__now_ns() % RS_TLS_SESSIONS); /* full: replace one */
         snprintf(t->sess[i].key, sizeof t->sess[i].key, "%s", tp->key);
     }
-    if (t->sess[i].s)
-        SSL_SESSION_free(t->sess[i].s);
+    SSL_SESSION *old = t->sess[i].s;
     t->sess[i].s = s;
     pthread_mutex_unlock(&t->mu);
-    return 1;
+    if (old)
+        SSL_SESSION_free(old);
+    return 0;
 }
 
+/* The server's last session, taken out of the store: the caller owns it (see new_session). */
 static SSL_SESSION *session_get(rs_tls_t *t, const char *key)
 {
     SSL_SESSION *s = NULL;
@@ -193,8 +203,7 @@ static SSL_SESSION *session_get(rs_tls_t *t, const char *key)
     for (int i = 0; i < t->nsess; i++)
         if (strcmp(t->sess[i].key, key) == 0) {
             s = t->sess[i].s;
-            if (s)
-                SSL_SESSION_up_ref(s);
+            t->sess[i].s = NULL;
             break;
         }
     pthread_mutex_unlock(&t->mu);
