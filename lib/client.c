@@ -190,6 +190,7 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     cond_init_mono(&c->wd.cv);
     pthread_mutex_init(&c->nt.mu, NULL);
     c->topo_hook = rs__notify_topology;
+    c->wd.start = rs__watchdog_start;
     cond_init_mono(&c->nt.cv);
     for (int i = 0; i < RS_SEEDS_MAX; i++)
         c->nt.link[i].fd = -1;

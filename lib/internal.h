@@ -16,20 +16,21 @@
  *   hold.c      owner identity (thread numbers, owner tokens, acquisition ids), hold lists
  *   call.c      one call of a primitive built from its handle (rs_call_t), its argv, the
  *               lease built from it, an acquiring reply decoded
- *   lease.c, watchdog.c, record.c  the leases, the thread renewing them in one pipeline, the
- *               holder record that rides in it
- *   redlock.c, rlround.c  redlock://: every call on all masters at once, decided by quorum
  *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
+ *   lease.c, wdlist.c, record.c  the leases; the registry of live leases, their local
+ *               deadlines and loss reports; the holder record that rides in the renewals
+ *   redlock.c, rlround.c  redlock://: every call on all masters at once, decided by quorum
+ *   wdround.c, watchdog.c  one renewal round in one pipeline; the thread that runs them
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
  *   handle.c, holdobj.c  handles, what a thread holds through them, hold objects
  *   timerheap.c, async_wire.c, async_req.c, async.c  the event-loop API: one I/O thread
  *               per client pipelining the _async calls, their deadlines in one heap,
  *               completions behind one eventfd
  *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
- * Still pointing up: redlock.c and watchdog.c call each other (a Redlock renewal round, the
- * round's bookkeeping), hold.c reads life.c's fork generation, and handle.c takes client
- * references through client.c. (topology.c
- * tells the notifier that the master moved through c->topo_hook, which client.c sets.)
+ * Still pointing up: hold.c reads life.c's fork generation, and handle.c takes client
+ * references through client.c. (topology.c tells the notifier that the master moved through
+ * c->topo_hook, and wdlist.c starts the watchdog thread through c->wd.start: client.c sets
+ * both.)
  * A primitive (primitives/NAME/) builds its keys, runs its script through rs__eval, keeps
  * its holds alive with rs__watch_add and waits with rs__wait_acquire. lib/ never names a
  * primitive.
@@ -160,7 +161,7 @@ typedef struct rs_hold {
 rs_hold_t *rs__hold_find(rs_hold_t *list, uint64_t thread_no);
 void rs__hold_unlink(rs_hold_t **list, rs_hold_t *h);
 
-/* ----- watchdog.c -------------------------------------------------------------------- */
+/* ----- wdlist.c, watchdog.c ---------------------------------------------------------- */
 /* A lease the watchdog renews: a hold (lost when a renewal does not confirm it) or a
  * waiter's queue entry (its waiter is poked to retry when the entry is gone or granted).
  *
@@ -259,6 +260,37 @@ void rs__watchdog_stats(rs_client_t *c, rs_wd_stats_t *out);
 void rs__watchdog_forget(rs_client_t *c); /* in a fork child: free without the thread */
 /* Drift allowance subtracted from every local deadline. */
 uint64_t rs__drift_ns(long lease_ms);
+/* A lease's renewal period: a third of the lease. */
+static inline uint64_t rs__lease_period_ns(const rs_lease_t *l)
+{
+    return (uint64_t)l->lease_ms * RS_NS_PER_MS / 3;
+}
+/* Starts the watchdog thread (c->wd.start; wd.mu held). 0 or EAGAIN. */
+int rs__watchdog_start(rs_client_t *c);
+/* The registry's bookkeeping for the thread and its rounds (wdlist.c; wd.mu held where the
+ * name says _locked). A round's result for l: 1 renewed, 0 gone, 2 granted, -1 no answer,
+ * RS_RES_APPLIED (rs__wd_checkpoint applied it already: not applied again). */
+#define RS_RES_APPLIED 9
+void rs__wd_apply_locked(rs_client_t *c, rs_lease_t *l, int res, uint64_t sent, uint64_t after);
+/* Marks l lost if it is live and past its local deadline (a queue entry's waiter is poked
+ * to retry instead). */
+void rs__wd_expire_one_locked(rs_client_t *c, rs_lease_t *l, uint64_t now);
+/* Calls on_lost for every queued report, with wd.mu released around the callbacks. */
+void rs__wd_deliver_reports(rs_client_t *c);
+/* Called when a wait of a round reaches its cut or a 100 ms slice of it: applies the
+ * answers already read, marks every lease past its deadline lost and calls on_lost now.
+ * The next cut (the nearest deadline of any live lease); 0 to give up (stopping, or no
+ * lease of batch still waits for an answer). */
+uint64_t rs__wd_checkpoint(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t sent);
+void rs__wd_drop_reports(rs_client_t *c); /* in a fork child */
+/* A round (wdround.c): rs__wd_connect opens the watchdog's connection to node (< 0: where
+ * topology.c says) into *ctxp, retried until *cut with a checkpoint between attempts (n 0:
+ * one attempt, a dial ahead of the first renewal); rs__wd_run_rounds renews every lease of
+ * batch (results in res, *sent the earliest send time), each wait cut at cut. */
+int rs__wd_connect(rs_client_t *c, int node, redisContext **ctxp, rs_lease_t **batch, int *res,
+                   int n, uint64_t *cut);
+void rs__wd_run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent,
+                       uint64_t cut);
 
 /* ----- notify.c ---------------------------------------------------------------------- */
 #define RS_WAKE_NONE 0
@@ -397,7 +429,6 @@ int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), v
                    long recheck_ms, uint64_t deadline_ns);
 
 /* ----- redlock.c --------------------------------------------------------------------- */
-int rs__rl_quorum(const rs_client_t *c); /* N/2 + 1 */
 /* Frees the connections kept for late replies (rs_client_close, a failed open, a fork). */
 void rs__rl_forget(rs_client_t *c);
 /* rlround.c: the masters (bit i of a mask is master i) and one round on all of them */

@@ -85,12 +85,13 @@ struct rs_client {
     rs_conn_t *idle;
     int nidle;
 
-    /* watchdog (watchdog.c) */
+    /* watchdog (wdlist.c, wdround.c, watchdog.c) */
     struct {
         pthread_mutex_t mu;
         pthread_cond_t cv;
         pthread_t thread;
         int started, stop;
+        int (*start)(rs_client_t *); /* rs__watchdog_start (client.c sets it) */
         uint64_t wake_ns;      /* when the thread plans to wake next */
         rs_lease_t *head;      /* registered leases */
         rs_lease_t **batch;    /* the thread's round buffers (here, not on its stack, so that a

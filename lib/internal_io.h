@@ -104,6 +104,8 @@ int rs__topo_check(rs_client_t *c, redisContext *ctx, const rs_node_t *node, cha
 /* A reply or a broken connection says the master moved: drop pooled connections. */
 void rs__topo_changed(rs_client_t *c);
 unsigned rs__topo_gen(rs_client_t *c);
+/* Redlock: how many of the URL's masters make a quorum (N/2 + 1). */
+int rs__rl_quorum(const rs_client_t *c);
 /* READONLY / MASTERDOWN / NOREPLICAS under Sentinel: the master moved, reconnect and retry. */
 int rs__is_topology_error(const rs_client_t *c, const redisReply *r);
 /* Sentinel mode: the thread that follows +switch-master (started at open, stopped at close;

@@ -40,11 +40,6 @@
 
 #include "internal.h"
 
-int rs__rl_quorum(const rs_client_t *c)
-{
-    return c->ep.nseeds / 2 + 1;
-}
-
 static int popcount(unsigned m)
 {
     return __builtin_popcount(m);

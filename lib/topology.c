@@ -42,6 +42,11 @@
 
 #include "internal.h"
 
+int rs__rl_quorum(const rs_client_t *c)
+{
+    return c->ep.nseeds / 2 + 1;
+}
+
 unsigned rs__topo_gen(rs_client_t *c)
 {
     return atomic_load(&c->topo_gen);
