@@ -21,7 +21,7 @@
 /* ----- the connection ------------------------------------------------------------------ */
 
 /* min_replicas > 0: an acquiring call ("acq", "cancel") is followed in the pipeline by the
- * write of rs__sync_cmd and WAIT, as the blocking calls' are (script.c), so that WAIT covers
+ * write of rs__sync_append and WAIT, as the blocking calls' are (script.c), so that WAIT covers
  * a grant made by another client's release too. Its reply is kept (as->confirm_r) until
  * WAIT's comes, whose ring entry is &wait_mark (the write's is NULL): a grant that fewer than
  * min_replicas replicas acknowledged is given back ("rel") and done gets RS_EREPL. */
@@ -112,15 +112,9 @@ static void append_op(rs_async_t *as, rs_request_t *rq)
         return;
     }
     if (as->c->min_replicas > 0 && (rq->op == OP_ACQ || rq->op == OP_CANCEL)) {
-        rs_sync_cmd_t sc;
-        rs__sync_cmd(as->c, cmd.v[3], cmd.len[3], &sc);
-        char n[16], t[24];
-        snprintf(n, sizeof n, "%d", as->c->min_replicas);
-        snprintf(t, sizeof t, "%ld", as->c->replica_timeout_ms);
-        const char *wv[3] = {"WAIT", n, t};
-        size_t wl[3] = {4, strlen(n), strlen(t)};
-        if (rs__ctx_append(as->ctx, sc.n, sc.v, sc.len) != 0 || ring_push(as, NULL) != 0 ||
-            rs__ctx_append(as->ctx, 3, wv, wl) != 0 || ring_push(as, &wait_mark) != 0) {
+        if (rs__sync_append(as->c, as->ctx, cmd.v[3], cmd.len[3], 0,
+                            as->c->replica_timeout_ms) != 0 ||
+            ring_push(as, NULL) != 0 || ring_push(as, &wait_mark) != 0) {
             /* the call is on its way without its confirmation: this connection is dropped
              * and what it owes sent again */
             rs__aq_conn_broken(as);

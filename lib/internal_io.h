@@ -70,6 +70,9 @@ int rs__dial(rs_client_t *c, const rs_node_t *node, uint64_t end_ns, redisContex
 
 /* ----- slotmap.c --------------------------------------------------------------------- */
 #define RS_NODES_MAX 64
+/* The hash tag of key (the bytes between its first "{" and the next "}", when not empty)
+ * and its length; NULL when the whole key is hashed. */
+const char *rs__hash_tag(const char *key, size_t len, size_t *taglen);
 unsigned rs__cluster_slot(const char *key, size_t len); /* CRC16 of the hash tag & 16383 */
 void rs__cluster_init(rs_client_t *c);                  /* the URL's nodes become the table */
 void rs__cluster_free(rs_client_t *c);
@@ -175,18 +178,14 @@ int rs__eval(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *a
  * Redis ran it (the retries before it, TRYAGAIN, LOADING, a reconnect, came earlier). */
 int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                      redisReply **out, long long *acked, uint64_t *sent_ns);
-/* The write that goes before a WAIT so that WAIT covers everything the master did before
- * it (a script that wrote nothing itself, a grant made by another client's script): outside
+/* Appends to ctx what makes a WAIT cover everything the master did before it (a script
+ * that wrote nothing itself, a grant made by another client's script), then WAIT
+ * min_replicas wait_ms: two replies (three with asking: ASKING in front). The write: outside
  * Cluster PUBLISH CHANNEL:sync "" (replicated, no key); in a Cluster, where a PUBLISH is not
  * replicated but copied over the bus to every node, SET PREFIX:{NAME}:sync "" PX 1000 in the
- * slot of key (PREFIX:{NAME}:..., a key of the same node). */
-typedef struct rs_sync_cmd {
-    int n;
-    const char *v[5];
-    size_t len[5];
-    char arg[256];
-} rs_sync_cmd_t;
-void rs__sync_cmd(rs_client_t *c, const char *key, size_t klen, rs_sync_cmd_t *out);
+ * slot of key (PREFIX:{NAME}:..., a key of the same node). 0, or -1 (ctx broken). */
+int rs__sync_append(rs_client_t *c, redisContext *ctx, const char *key, size_t klen, int asking,
+                    long wait_ms);
 /* rs__eval_confirm whose first send was made already on pre at pre_sent (only its reply is
  * read; cond.c writes a woken waiter's re-acquisition from the subscriber thread); pre is
  * returned to the pool. Without confirm (min_replicas 0) and outside Cluster only. */

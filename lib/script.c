@@ -75,14 +75,22 @@ int rs__script_load(rs_client_t *c, redisContext *ctx, const rs_script_t *s)
     return rc;
 }
 
-void rs__sync_cmd(rs_client_t *c, const char *key, size_t klen, rs_sync_cmd_t *out)
+/* The write that goes before a WAIT (rs__sync_append). */
+typedef struct rs_sync_cmd {
+    int n;
+    const char *v[5];
+    size_t len[5];
+    char arg[256];
+} rs_sync_cmd_t;
+
+static void sync_cmd(rs_client_t *c, const char *key, size_t klen, rs_sync_cmd_t *out)
 {
     if (c->ep.mode == RS_MODE_CLUSTER && key) {
         /* the key's hash tag, PREFIX:{NAME}, and ":sync": the same slot */
-        const char *open = memchr(key, '{', klen);
-        const char *close = open ? memchr(open + 1, '}', klen - (size_t)(open + 1 - key)) : NULL;
-        size_t tl = close ? (size_t)(close + 1 - key) : klen;
-        snprintf(out->arg, sizeof out->arg, "%.*s:sync", (int)(tl < 200 ? tl : 200), key);
+        size_t tl;
+        const char *tag = rs__hash_tag(key, klen, &tl);
+        size_t pl = tag ? (size_t)(tag + tl + 1 - key) : klen;
+        snprintf(out->arg, sizeof out->arg, "%.*s:sync", (int)(pl < 200 ? pl : 200), key);
         out->n = 5;
         out->v[0] = "SET", out->len[0] = 3;
         out->v[2] = "", out->len[2] = 0;
@@ -98,6 +106,24 @@ void rs__sync_cmd(rs_client_t *c, const char *key, size_t klen, rs_sync_cmd_t *o
     out->len[1] = strlen(out->arg);
 }
 
+int rs__sync_append(rs_client_t *c, redisContext *ctx, const char *key, size_t klen, int asking,
+                    long wait_ms)
+{
+    rs_sync_cmd_t sc;
+    sync_cmd(c, key, klen, &sc);
+    char n[16], t[24];
+    snprintf(n, sizeof n, "%d", c->min_replicas);
+    snprintf(t, sizeof t, "%ld", wait_ms > 0 ? wait_ms : 1);
+    const char *kv[1] = {"ASKING"};
+    size_t kl[1] = {6};
+    const char *wv[3] = {"WAIT", n, t};
+    size_t wl[3] = {4, strlen(n), strlen(t)};
+    if ((asking && rs__ctx_append(ctx, 1, kv, kl) != 0) ||
+        rs__ctx_append(ctx, sc.n, sc.v, sc.len) != 0 || rs__ctx_append(ctx, 3, wv, wl) != 0)
+        return -1;
+    return 0;
+}
+
 /* Sends EVALSHA on ctx, in one round trip with what goes with it: ASKING in front when
  * asking (a Cluster ASK redirection), and with confirm the write of rs__sync_cmd (ASKING
  * again in front of it when asking) and WAIT behind, WAIT's count going to *acked (-1 if
@@ -107,22 +133,14 @@ static int run_on(rs_client_t *c, redisContext *ctx, rs_argv_t *av, int asking, 
 {
     if (!confirm && !asking)
         return rs__ctx_command(ctx, av->n, av->v, av->len, out);
-    char n[16], t[24];
-    rs_sync_cmd_t sc;
-    rs__sync_cmd(c, av->n > 3 ? av->v[3] : NULL, av->n > 3 ? av->len[3] : 0, &sc);
-    snprintf(n, sizeof n, "%d", c->min_replicas);
-    snprintf(t, sizeof t, "%ld", c->replica_timeout_ms);
     const char *kv[1] = {"ASKING"};
     size_t kl[1] = {6};
-    const char *wv[3] = {"WAIT", n, t};
-    size_t wl[3] = {4, strlen(n), strlen(t)};
     *out = NULL;
     int ask_sync = confirm && asking;
     if ((asking && rs__ctx_append(ctx, 1, kv, kl) != 0) ||
         rs__ctx_append(ctx, av->n, av->v, av->len) != 0 ||
-        (ask_sync && rs__ctx_append(ctx, 1, kv, kl) != 0) ||
-        (confirm && (rs__ctx_append(ctx, sc.n, sc.v, sc.len) != 0 ||
-                     rs__ctx_append(ctx, 3, wv, wl) != 0)))
+        (confirm && rs__sync_append(c, ctx, av->n > 3 ? av->v[3] : NULL, av->n > 3 ? av->len[3] : 0,
+                                    ask_sync, c->replica_timeout_ms) != 0))
         return RS_ECONN;
     int nr = 1 + asking + 2 * confirm + ask_sync;
     redisReply *r[5] = {NULL, NULL, NULL, NULL, NULL};

@@ -40,16 +40,23 @@ static uint16_t crc16(const char *buf, size_t len)
     return crc;
 }
 
-unsigned rs__cluster_slot(const char *key, size_t len)
+const char *rs__hash_tag(const char *key, size_t len, size_t *taglen)
 {
     const char *open = memchr(key, '{', len);
-    if (open) {
-        size_t rest = len - (size_t)(open - key) - 1;
-        const char *close = memchr(open + 1, '}', rest);
-        if (close && close > open + 1)
-            return crc16(open + 1, (size_t)(close - open - 1)) & 16383;
-    }
-    return crc16(key, len) & 16383;
+    if (!open)
+        return NULL;
+    const char *close = memchr(open + 1, '}', len - (size_t)(open - key) - 1);
+    if (!close || close == open + 1)
+        return NULL;
+    *taglen = (size_t)(close - open - 1);
+    return open + 1;
+}
+
+unsigned rs__cluster_slot(const char *key, size_t len)
+{
+    size_t tl;
+    const char *tag = rs__hash_tag(key, len, &tl);
+    return tag ? crc16(tag, tl) & 16383 : crc16(key, len) & 16383;
 }
 
 int rs__cluster_node_index_locked(rs_client_t *c, const char *host, size_t hlen, int port)

@@ -71,7 +71,7 @@ static int wd_read(rs_client_t *c, redisContext *ctx, rs_lease_t **batch, int *r
     }
 }
 
-/* min_replicas > 0: a renewal counts only once WAIT (behind a write of ours, rs__sync_cmd,
+/* min_replicas > 0: a renewal counts only once WAIT (behind a write of ours, rs__sync_append,
  * in the slot of key, a renewed lease's) says enough replicas have it, so that the local
  * deadline never runs past what a promoted replica would enforce. WAIT's timeout is kept
  * under the round's socket timeout. */
@@ -81,20 +81,11 @@ static int append_wait(rs_client_t *c, redisContext *ctx, uint64_t cut, const rs
     long io_ms = cut > now ? (long)((cut - now) / RS_NS_PER_MS) : 0;
     if (cut == RS_NO_DEADLINE)
         io_ms = 2 * c->replica_timeout_ms;
-    char n[16], t[24];
     long wt = c->replica_timeout_ms < io_ms / 2 ? c->replica_timeout_ms : io_ms / 2;
-    rs_sync_cmd_t sc;
     rs_lease_scratch_t ls;
     size_t klen;
     const char *key = rs__lease_key(l, &ls, &klen); /* in l's block */
-    rs__sync_cmd(c, key, klen, &sc);
-    snprintf(n, sizeof n, "%d", c->min_replicas);
-    snprintf(t, sizeof t, "%ld", wt > 0 ? wt : 1);
-    const char *wv[3] = {"WAIT", n, t};
-    size_t wl[3] = {4, strlen(n), strlen(t)};
-    if (rs__ctx_append(ctx, sc.n, sc.v, sc.len) != 0 || rs__ctx_append(ctx, 3, wv, wl) != 0)
-        return -1;
-    return 0;
+    return rs__sync_append(c, ctx, key, klen, 0, wt);
 }
 
 /* WAIT's count after append_wait's two replies (wd_read's arguments); -1 if it failed, -2
