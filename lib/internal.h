@@ -191,13 +191,13 @@ struct rs_lease {
                                 before rs__watch_add, then read-only; 0: none) */
     const char *kind;
     char *name;
-    int nkeys;
-    int nargs;               /* a copied lease's arguments with the op placeholder; 0: built */
+    short nkeys;
+    short nargs;             /* a copied lease's arguments with the op placeholder; 0: built */
     atomic_uint rl_held;     /* Redlock: the masters that may still hold it (bit i): those
                                 that granted it; a renewal or release answered 0 there
                                 clears the bit. 0: not known (no rule uses it then) */
     atomic_int refs;
-    /* watchdog state, under the watchdog mutex */
+    /* watchdog state, under the watchdog mutex (next to the counts: no hole) */
     unsigned char lost, reported, registered;
     uint64_t due_ns;         /* next renewal */
     uint64_t deadline_ns;    /* local expiry: last confirmed send + lease - drift */
@@ -222,6 +222,15 @@ rs_lease_t *rs__lease_new_built(rs_client_t *c, const rs_script_t *s, int nkeys,
                                 rs_lease_build_fn *build, const void *src, size_t srclen,
                                 const char *renew_op, const char *release_op, long lease_ms,
                                 const char *kind, const char *name, size_t namelen);
+/* A built lease in the caller's memory: l must start a block of malloc's (zeroed), which
+ * the last rs__lease_unref frees, so whatever build reads in that block lives as long as
+ * the lease (lib/async.c: a request's queue entry, the request's first member). name
+ * (NUL-terminated) must live as long too; kind must be static. One reference, the
+ * caller's. */
+void rs__lease_init_built(rs_lease_t *l, rs_client_t *c, const rs_script_t *s, int nkeys,
+                          rs_lease_build_fn *build, const char *renew_op,
+                          const char *release_op, long lease_ms, const char *kind,
+                          char *name);
 /* The lease's call with op: keys, op, arguments (and under Redlock, when l->fence is set,
  * "" and the fence as ARGV[9] and ARGV[10]). out may point into *s, which must outlive it. */
 void rs__lease_argv(const rs_lease_t *l, const char *op, struct rs_lease_scratch *s,

@@ -44,7 +44,7 @@ static void lease_fill(rs_lease_t *l, rs_client_t *c, const rs_script_t *s, int 
     l->name[namelen] = '\0';
     l->c = c;
     l->script = s;
-    l->nkeys = nkeys;
+    l->nkeys = (short)nkeys;
     l->renew_op = renew_op;
     l->release_op = release_op;
     l->lease_ms = lease_ms;
@@ -74,7 +74,7 @@ rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const
         len[i + 1] = args->len[i];
         p += args->len[i] + 1;
     }
-    l->nargs = (int)n;
+    l->nargs = (short)n;
     lease_fill(l, c, s, nkeys, renew_op, release_op, lease_ms, kind, name, namelen);
     return l;
 }
@@ -93,10 +93,28 @@ rs_lease_t *rs__lease_new_built(rs_client_t *c, const rs_script_t *s, int nkeys,
     return l;
 }
 
+void rs__lease_init_built(rs_lease_t *l, rs_client_t *c, const rs_script_t *s, int nkeys,
+                          rs_lease_build_fn *build, const char *renew_op,
+                          const char *release_op, long lease_ms, const char *kind,
+                          char *name)
+{
+    l->c = c;
+    l->script = s;
+    l->build = build;
+    l->src = NULL; /* build finds its data around l */
+    l->nkeys = (short)nkeys;
+    l->renew_op = renew_op;
+    l->release_op = release_op;
+    l->lease_ms = lease_ms;
+    l->kind = kind;
+    l->name = name;
+    atomic_init(&l->refs, 1);
+}
+
 void rs__lease_unref(rs_lease_t *l)
 {
     if (l && atomic_fetch_sub(&l->refs, 1) == 1)
-        free(l); /* its arguments and name too: one block */
+        free(l); /* its arguments and name too: one block (or the block it starts) */
 }
 
 /* The lease's call with op put in front of its arguments; keys come first in Redis's
