@@ -308,25 +308,32 @@ void rs__wd_run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint
 #define RS_WAKE_TIMEOUT 3 /* the sleep bound passed */
 #define RS_WAKE_CANCEL 4  /* the client is closing */
 /* A wake-up's details, after the acquisition id: a fence or a count (at most 20 digits),
- * "retry", "s", "b"; a topic's payload, a number. Longer ones are cut (and rechecked). */
-#define RS_WAKE_MSG_MAX 32
+ * "retry", "s", "b"; a topic's payload, a number. Longer ones are cut (and rechecked).
+ * 27: what fills rs_waiter_t up to its links (every pending request embeds one). */
+#define RS_WAKE_MSG_MAX 27
 typedef struct rs_waiter {
     const char *id;          /* acquisition id: messages on the client channel (the caller's
                                 string, alive while w is registered; "" for none) */
     const char *topic;       /* or a watched channel: every message on it wakes this waiter */
     struct rs_shard *shard;  /* the sharded channel it also listens on (notify_shard.c) */
-    pthread_cond_t *cv;      /* a blocked waiter's (its caller's storage); NULL for callback
-                                waiters */
     int wake;
     char msg[RS_WAKE_MSG_MAX];
+    unsigned char cb;        /* a callback waiter (rs__notify_add): on_wake, no cv */
     struct rs_waiter *prev, *next;
-    /* A callback waiter (lib/async.c): called instead of signalling cv, with nt.mu held
-     * (and maybe the watchdog's wd.mu): it must only hand the wake-up on, never block. */
-    void (*on_wake)(struct rs_waiter *w);
-    void *arg;
-    /* A sleeping waiter's hook (cond.c), called with nt.mu held when a message with details
-     * wakes it, before it is signalled: set with rs__notify_arm; it must never block. */
-    void (*on_msg)(struct rs_waiter *w);
+    union { /* a blocked waiter's, or a callback waiter's (one per pending request: small) */
+        struct {
+            pthread_cond_t *cv; /* a blocked waiter's (its caller's storage) */
+            /* A sleeping waiter's hook (cond.c), called with nt.mu held when a message with
+             * details wakes it, before it is signalled: set with rs__notify_arm; it must
+             * never block. */
+            void (*on_msg)(struct rs_waiter *w);
+            void *arg;
+        };
+        /* A callback waiter (lib/async.c): called instead of signalling cv, with nt.mu held
+         * (and maybe the watchdog's wd.mu): it must only hand the wake-up on, never block.
+         * It finds its owner from w (the owner embeds it). */
+        void (*on_wake)(struct rs_waiter *w);
+    };
 } rs_waiter_t;
 /* Registers w under an acquisition id or a watched topic (the caller keeps id, topic and
  * cv, which this initializes and rs__notify_end destroys, alive until rs__notify_end),
@@ -352,9 +359,10 @@ void rs__notify_msg(rs_client_t *c, rs_waiter_t *w, char *buf, size_t len);
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w);
 /* Sets w's on_msg hook (arg in w->arg) under nt.mu; NULL disarms it. */
 void rs__notify_arm(rs_client_t *c, rs_waiter_t *w, void (*on_msg)(rs_waiter_t *w), void *arg);
-/* Callback waiters (w->on_wake set, w->id filled, no cv): registers w at once, starting the
- * subscriber if need be but never waiting for it (rs__notify_ready says when it is
- * subscribed; the confirmation pokes every waiter RS_WAKE_RETRY). 0, EAGAIN, ECANCELED. */
+/* Callback waiters (w->on_wake set, w->id filled, no cv): registers w at once (marked
+ * w->cb), starting the subscriber if need be but never waiting for it (rs__notify_ready
+ * says when it is subscribed; the confirmation pokes every waiter RS_WAKE_RETRY). 0,
+ * EAGAIN, ECANCELED. */
 int rs__notify_add(rs_client_t *c, rs_waiter_t *w);
 void rs__notify_remove(rs_client_t *c, rs_waiter_t *w);
 /* Takes w's pending wake-up (RS_WAKE_NONE if none; msg filled after RS_WAKE_MSG). */
