@@ -171,19 +171,20 @@ void rs__hold_unlink(rs_hold_t **list, rs_hold_t *h);
  * with them for every hold still registered. */
 struct rs_waiter;
 struct rs_lease_scratch; /* room to rebuild a lease's call in (defined after rs_call_t) */
-/* A built lease's call, rebuilt on demand from l->src: keys, op, arguments (no fence). */
+/* A built lease's call, rebuilt on demand from its owner's block (and l->src): keys, op,
+ * arguments (no fence). */
 typedef void rs_lease_build_fn(const rs_lease_t *l, const char *op, struct rs_lease_scratch *s,
                                rs_argv_t *out);
 struct rs_lease {
     /* immutable after rs__lease_new */
     rs_client_t *c;
     const rs_script_t *script;
-    rs_lease_build_fn *build; /* a built lease (rs__lease_new_built): no copy of the call */
-    const void *src;          /* in the lease's block: a built lease's data for build; a
-                                 copied one's arguments, nargs pointers (rs__lease_arg) then
-                                 their lengths, then the bytes (op placeholder, keys, then the
-                                 arguments after the op; one allocation, sized to fit: leases
-                                 are what a pending request or hold costs) */
+    rs_lease_build_fn *build; /* a built lease (rs__lease_init_built): no copy of the call */
+    const void *src;          /* a built lease's: what its owner gives build (static); a
+                                 copied one's, in the lease's block: its arguments, nargs
+                                 pointers (rs__lease_arg), then their lengths, then the bytes
+                                 (op placeholder, keys, then the arguments after the op; one
+                                 allocation, sized to fit: leases are what a hold costs) */
     const char *renew_op, *release_op;
     long lease_ms;
     struct rs_waiter *waiter; /* set for queue entries */
@@ -216,12 +217,6 @@ static inline const char *rs__lease_arg(const rs_lease_t *l, int i, size_t *len)
 rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                           const char *renew_op, const char *release_op, long lease_ms,
                           const char *kind, const char *name, size_t namelen);
-/* The same without a copy of the call: build rebuilds it from srclen bytes of src (copied
- * into the lease's block, 8-byte aligned) each time it is sent. One allocation. */
-rs_lease_t *rs__lease_new_built(rs_client_t *c, const rs_script_t *s, int nkeys,
-                                rs_lease_build_fn *build, const void *src, size_t srclen,
-                                const char *renew_op, const char *release_op, long lease_ms,
-                                const char *kind, const char *name, size_t namelen);
 /* A built lease in the caller's memory: l must start a block of malloc's (zeroed), which
  * the last rs__lease_unref frees, so whatever build reads in that block lives as long as
  * the lease (lib/async.c: a request's queue entry, the request's first member). name
@@ -646,11 +641,6 @@ void rs__call_extra(rs_call_t *k, const char *arg);
 void rs__call_argv(const rs_call_t *k, const char *op, const char *mode, rs_argv_t *v);
 int rs__call_run(const rs_call_t *k, const char *op, const char *mode, redisReply **out);
 rs_lease_t *rs__call_lease(const rs_call_t *k, const char *renew_op, const char *release_op);
-/* The same as a built lease (rs__lease_new_built): it keeps the main key, the acquisition
- * id, the owner and the extras (not the call) and rebuilds the call at each renewal, with
- * mode "q" as rs__call_lease; what a queue entry of lib/async.c costs. */
-rs_lease_t *rs__call_lease_built(const rs_call_t *k, const char *renew_op,
-                                 const char *release_op);
 /* The two halves of a granted acquisition, for a grant made outside rs__acquire (the
  * multilock's one-script path): rs__hold_new allocates the hold and its lease before Redis
  * is asked (a grant never meets ENOMEM); rs__hold_granted records the grant (fence, lease

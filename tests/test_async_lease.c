@@ -1,6 +1,6 @@
 /*
  * test_async_lease.c - the queue entries of pending requests (suite "async"): leases built
- * from the request's id and the name's key alone (rs__call_lease_built), renewed by the
+ * from the request's id and the name's key alone (in the request's block), renewed by the
  * client's watchdog in its one pipelined round (shared helpers in test_async.h):
  *   entries_renewed_in_one_batch  100 requests pending through several queue-entry leases:
  *                                 every entry still queued, each watchdog round one write
