@@ -112,8 +112,8 @@ void rs__aq_call(const rs_request_t *rq, rs_call_t *k)
 
 void rs__aq_on_wake(rs_waiter_t *w)
 {
-    rs_request_t *rq = w->arg;
-    rs_async_t *as = rq->as;
+    rs_request_t *rq = (rs_request_t *)(void *)((char *)w - offsetof(rs_request_t, w));
+    rs_async_t *as = RS_RQ_AS(rq);
     pthread_mutex_lock(&as->mu);
     int poke = 0;
     if (!rq->in_woken) {
@@ -125,6 +125,41 @@ void rs__aq_on_wake(rs_waiter_t *w)
     pthread_mutex_unlock(&as->mu);
     if (poke)
         rs__aq_poke(as->wfd);
+}
+
+/* A request's queue-entry lease rebuilds its call from the request's immutable fields and
+ * strings, never from the handle (which may be gone while a round still holds the lease). */
+static void queue_lease_build(const rs_lease_t *l, const char *op, rs_lease_scratch_t *sc,
+                              rs_argv_t *out)
+{
+    const rs_request_t *rq = (const rs_request_t *)(const void *)l; /* its first member */
+    rs_handle_t *v = &sc->view;
+    v->c = l->c;
+    v->kind = l->kind;
+    v->script = l->script;
+    v->suffixes = l->src;
+    v->key[0] = (char *)rq->str + rq->kat;
+    v->klen[0] = rq->klen;
+    v->nkeys = l->nkeys;
+    atomic_init(&v->lease_ms, l->lease_ms);
+    rs__call_init_owner(&sc->k, v, rq->str, rq->owner_no);
+    const char *e = rq->str + strlen(rq->str) + 1;
+    for (int i = 0; i < rq->nextra; i++, e += strlen(e) + 1)
+        rs__call_extra(&sc->k, e);
+    rs__call_argv(&sc->k, op, "q", out);
+}
+
+/* A zeroed request with len bytes of strings; its lease (unregistered, one reference) is
+ * what frees it (rs__aq_free). */
+static rs_request_t *request_alloc(rs_client_t *c, size_t len)
+{
+    size_t n = offsetof(rs_request_t, str) + len; /* (not sizeof: no tail padding) */
+    rs_request_t *rq = calloc(1, n > sizeof *rq ? n : sizeof *rq);
+    if (rq) {
+        rq->ql.c = c;
+        atomic_init(&rq->ql.refs, 1);
+    }
+    return rq;
 }
 
 /* ----- the calls ----------------------------------------------------------------------- */
@@ -147,7 +182,6 @@ static int submit(rs_client_t *c, rs_request_t *rq)
     if (!as)
         return rs__fail(c, errno == ENOMEM ? ENOMEM : errno, "cannot create the eventfd: %s",
                         strerror(errno));
-    rq->as = as;
     pthread_mutex_lock(&as->mu);
     if (as->stop) {
         pthread_mutex_unlock(&as->mu);
@@ -192,14 +226,18 @@ static int request_new(rs_call_t *k, int type, const char *what, const struct ti
     int rc = abstime ? rs__deadline_from(c, abstime, &deadline) : 0;
     if (rc || (rc = mode_refused(c, what)) != 0)
         return rc;
-    size_t len = sizeof(rs_request_t) + k->acqlen + 1;
+    rs_handle_t *h = k->h;
+    size_t len = k->acqlen + 1;
     for (int i = 0; i < k->nextra; i++)
         len += strlen(k->extra[i]) + 1;
-    rs_request_t *rq = calloc(1, len);
+    size_t kat = len;
+    if (type == RQ_ACQ)
+        len += h->klen[0] + 1; /* its queue entry's key */
+    rs_request_t *rq = request_alloc(c, len);
     if (!rq)
         return rs__fail(c, ENOMEM, "out of memory");
     rq->type = type;
-    rq->h = k->h;
+    rq->h = h;
     rq->owner_no = k->owner_no;
     char *p = rq->str;
     memcpy(p, k->acqid, k->acqlen + 1);
@@ -209,6 +247,20 @@ static int request_new(rs_call_t *k, int type, const char *what, const struct ti
         size_t n = strlen(k->extra[i]) + 1;
         memcpy(p, k->extra[i], n);
         p += n;
+    }
+    if (type == RQ_ACQ) {
+        /* the queue entry's lease, in the block: renewed with "qrenew" (a queue entry lives
+         * as long as a hold: the call's lease) */
+        rq->kat = (unsigned short)kat;
+        rq->klen = (unsigned short)h->klen[0];
+        memcpy(p, h->key[0], h->klen[0]);
+        p[h->klen[0]] = '\0';
+        /* named by its key in the watchdog's log lines (a queue entry is never reported
+         * lost: no on_lost, which would want the name alone) */
+        rs__lease_init_built(&rq->ql, c, h->script, h->nkeys, queue_lease_build, "qrenew", NULL,
+                             atol(k->lease), h->kind, p);
+        rq->ql.src = h->suffixes; /* static: the builder's */
+        rq->ql.waiter = &rq->w;
     }
     rq->done = done;
     rq->arg = arg;
@@ -227,7 +279,7 @@ static int request_submit(rs_client_t *c, rs_request_t *rq, rs_request_t **req)
     int rc = submit(c, rq);
     if (rc != 0) {
         atomic_fetch_sub(&rq->h->nobj, 1);
-        free(rq);
+        rs__aq_free(rq);
         return rc;
     }
     *req = rq;
@@ -278,7 +330,7 @@ RS_API int rs_hold_release_async(rs_hold_t *hold, rs_done_fn *done, void *arg)
     if (rc)
         return rc;
     if ((rc = mode_refused(c, "rs_hold_release_async")) == 0) {
-        rs_request_t *rq = calloc(1, sizeof *rq + 1); /* no acquisition id: str "" */
+        rs_request_t *rq = request_alloc(c, 1); /* no acquisition id: str "" */
         if (!rq) {
             rc = rs__fail(c, ENOMEM, "out of memory");
         } else {
@@ -290,7 +342,7 @@ RS_API int rs_hold_release_async(rs_hold_t *hold, rs_done_fn *done, void *arg)
             rq->deadline_ns = RS_NO_DEADLINE;
             rq->tm.idx = -1;
             if ((rc = submit(c, rq)) != 0)
-                free(rq);
+                rs__aq_free(rq);
         }
     }
     rs__leave(c);
@@ -301,7 +353,7 @@ RS_API int rs_request_cancel(rs_request_t *rq)
 {
     if (!rq)
         return rs__fail(NULL, EINVAL, "request is NULL");
-    rs_async_t *as = rq->as;
+    rs_async_t *as = RS_RQ_AS(rq);
     pthread_mutex_lock(&as->mu);
     if (rq->pub) {
         /* completed, not yet dispatched */
@@ -363,7 +415,7 @@ static int run_list(rs_request_t *list)
         rs_request_t *rq = list;
         list = rq->next;
         rq->done(rq->rc, rq->rc == 0 ? rq->hold : NULL, rq->arg);
-        free(rq);
+        rs__aq_free(rq); /* the block stays while a watchdog round holds its lease */
         n++;
     }
     in_dispatch = 0;
@@ -446,7 +498,7 @@ void rs__async_forget(rs_client_t *c)
     /* a fork child: no thread, the parent's requests; only the memory and the fds go */
     for (rs_request_t *rq = as->done_head, *nx; rq; rq = nx) {
         nx = rq->next;
-        free(rq);
+        rs__aq_free(rq);
     }
     atomic_store(&c->as, NULL);
     if (as->ctx)

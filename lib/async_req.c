@@ -70,10 +70,9 @@ void rs__aq_live_del(rs_async_t *as, rs_request_t *rq)
 
 void rs__aq_drop_queue_lease(rs_client_t *c, rs_request_t *rq)
 {
-    if (rq->ql) {
-        rs__watch_del(c, rq->ql);
-        rs__lease_unref(rq->ql);
-        rq->ql = NULL;
+    if (rq->qleased) {
+        rs__watch_del(c, &rq->ql);
+        rq->qleased = 0;
     }
 }
 
@@ -199,8 +198,8 @@ void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg)
         if (end != msg && f > 0 && f > rq->fence_floor && !c->confirm_wakeups &&
             c->min_replicas <= 0) {
             uint64_t lower = rq->lower_ns;
-            if (rq->ql) {
-                uint64_t conf = rs__lease_confirmed_ns(c, rq->ql);
+            if (rq->qleased) {
+                uint64_t conf = rs__lease_confirmed_ns(c, &rq->ql);
                 if (conf > lower)
                     lower = conf;
             }
@@ -252,8 +251,7 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
     }
     /* an event's waiter: its topic (rs__async_event), no id */
     rq->w.id = rq->type == RQ_EVT ? "" : rq->str; /* the acquisition id, in the block */
-    rq->w.on_wake = rs__aq_on_wake;
-    rq->w.arg = rq;
+    rq->w.on_wake = rs__aq_on_wake; /* which finds rq around &rq->w */
     int rc = rs__notify_add(c, &rq->w);
     if (rc) {
         if (rc != ECANCELED)
@@ -423,31 +421,48 @@ static void publish(rs_async_t *as)
     }
 }
 
+/* The thread is to pass again (as->mu held): as async.c's wake_locked. */
+static int wake_again_locked(rs_async_t *as)
+{
+    if (as->poked)
+        return 0;
+    as->poked = 1;
+    return 1;
+}
+
 static void pass(rs_async_t *as)
 {
-    pthread_mutex_lock(&as->mu);
-    rs_request_t *wk = as->woken, *sub = as->sub_head, *can = as->can;
-    as->woken = NULL;
-    as->sub_head = as->sub_tail = NULL;
-    as->can = NULL;
-    as->poked = 0;
-    int stop = as->stop;
     /* once in_woken/in_cancel is 0 a wake-up or a cancel may link rq again (wnext, cnext):
-     * the pass walks private copies of the links, made here under the lock */
-    for (rs_request_t *rq = wk; rq; rq = rq->wnext) {
-        rq->in_woken = 0;
-        rq->pwnext = rq->wnext;
+     * the pass takes up to PASS_MAX of each list into arrays of its own, under the lock (no
+     * second link per request: they are what a pending request costs); the rest stay
+     * listed, and the thread passes again at once */
+    enum { PASS_MAX = 256 };
+    rs_request_t *wk[PASS_MAX], *can[PASS_MAX];
+    int nwk = 0, ncan = 0;
+    pthread_mutex_lock(&as->mu);
+    rs_request_t *sub = as->sub_head;
+    as->sub_head = as->sub_tail = NULL;
+    as->poked = 0;
+    for (; as->woken && nwk < PASS_MAX; nwk++) {
+        wk[nwk] = as->woken;
+        as->woken = wk[nwk]->wnext;
+        wk[nwk]->in_woken = 0;
     }
-    for (rs_request_t *rq = can; rq; rq = rq->cnext) {
-        rq->in_cancel = 0;
-        rq->pcnext = rq->cnext;
+    for (; as->can && ncan < PASS_MAX; ncan++) {
+        can[ncan] = as->can;
+        as->can = can[ncan]->cnext;
+        can[ncan]->in_cancel = 0;
     }
+    int again = (as->woken || as->can) && wake_again_locked(as);
+    int stop = as->stop;
     pthread_mutex_unlock(&as->mu);
+    if (again)
+        rs__aq_poke(as->wfd);
 
     /* completions are published at the end of the pass: none of these is freed meanwhile */
     char msg[RS_WAKE_MSG_MAX];
-    for (rs_request_t *rq = wk, *nx; rq; rq = nx) {
-        nx = rq->pwnext;
+    for (int i = 0; i < nwk; i++) {
+        rs_request_t *rq = wk[i];
         if (rq->st != ST_WAIT)
             continue; /* kept in w.wake: taken when it waits (rs__aq_to_wait) */
         int wake = rs__notify_take(as->c, &rq->w, msg, sizeof msg);
@@ -458,10 +473,8 @@ static void pass(rs_async_t *as)
         nx = rq->next;
         start_request(as, rq);
     }
-    for (rs_request_t *rq = can, *nx; rq; rq = nx) {
-        nx = rq->pcnext;
-        on_cancel(as, rq);
-    }
+    for (int i = 0; i < ncan; i++)
+        on_cancel(as, can[i]);
     if (stop && !as->draining) {
         /* closing: every acquisition leaves Redis' queue (a grant that raced is released),
          * releases go on; at most timeout_ms more */

@@ -122,7 +122,8 @@ static void append_op(rs_async_t *as, rs_request_t *rq)
         }
     }
     rq->st = ST_FLIGHT;
-    rq->sent_ns = rs__now_ns();
+    if (rq->type == RQ_ACQ)
+        rq->sent_ns = rs__now_ns(); /* (shares its memory with an event wait's fields) */
 }
 
 void rs__aq_flush(rs_async_t *as)
@@ -283,13 +284,12 @@ static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long l
         rs__aq_give_up(as, rq);
         return;
     }
-    if (at.queued && (!rq->ql || rs__lease_is_lost(c, rq->ql))) {
+    if (at.queued && (!rq->qleased || rs__lease_is_lost(c, &rq->ql))) {
+        /* registered again (the same lease, in the request's block): a round that renewed
+         * it before may still apply its answer, which is harmless (a "gone" one pokes the
+         * waiter, which asks again with the same id) */
         rs__aq_drop_queue_lease(c, rq);
-        rq->ql = rs__call_lease_built(&k, "qrenew", NULL);
-        if (rq->ql) {
-            rq->ql->waiter = &rq->w;
-            rs__watch_add(c, rq->ql, rq->sent_ns, rq->ql->lease_ms);
-        }
+        rq->qleased = rs__watch_add(c, &rq->ql, rq->sent_ns, rq->ql.lease_ms) == 0;
     }
     rq->lower_ns = rq->sent_ns;
     long nap_ms = at.retry_ms > 0 ? at.retry_ms : 1;

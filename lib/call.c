@@ -112,68 +112,6 @@ rs_lease_t *rs__call_lease(const rs_call_t *k, const char *renew_op, const char 
                          atol(k->lease), k->h->kind, k->h->name, k->h->namelen);
 }
 
-/* A built lease's data (rs__call_lease_built): what rebuilds its call without the handle
- * (the kinds' suffixes are static; the client outlives its leases). */
-struct lease_src {
-    const char *const *suffixes;
-    uint64_t owner_no;
-    unsigned short klen;
-    unsigned char nextra;
-    char s[]; /* the main key, the acquisition id, each extra: NUL-terminated */
-};
-
-static void lease_build(const rs_lease_t *l, const char *op, rs_lease_scratch_t *sc,
-                        rs_argv_t *out)
-{
-    const struct lease_src *src = l->src;
-    rs_handle_t *v = &sc->view;
-    v->c = l->c;
-    v->kind = l->kind;
-    v->script = l->script;
-    v->suffixes = src->suffixes;
-    v->key[0] = (char *)src->s;
-    v->klen[0] = src->klen;
-    v->nkeys = l->nkeys;
-    atomic_init(&v->lease_ms, l->lease_ms);
-    const char *acqid = src->s + src->klen + 1, *e = acqid + strlen(acqid) + 1;
-    call_init(&sc->k, v, acqid, src->owner_no);
-    for (int i = 0; i < src->nextra; i++, e += strlen(e) + 1)
-        rs__call_extra(&sc->k, e);
-    rs__call_argv(&sc->k, op, "q", out);
-}
-
-rs_lease_t *rs__call_lease_built(const rs_call_t *k, const char *renew_op,
-                                 const char *release_op)
-{
-    const rs_handle_t *h = k->h;
-    size_t len = sizeof(struct lease_src) + h->klen[0] + 1 + k->acqlen + 1;
-    for (int i = 0; i < k->nextra; i++)
-        len += strlen(k->extra[i]) + 1;
-    struct lease_src *src = malloc(len);
-    if (!src)
-        return NULL;
-    src->suffixes = h->suffixes;
-    src->owner_no = k->owner_no;
-    src->klen = (unsigned short)h->klen[0];
-    src->nextra = (unsigned char)k->nextra;
-    char *p = src->s;
-    memcpy(p, h->key[0], h->klen[0]);
-    p[h->klen[0]] = '\0';
-    p += h->klen[0] + 1;
-    memcpy(p, k->acqid, k->acqlen + 1);
-    p += k->acqlen + 1;
-    for (int i = 0; i < k->nextra; i++) {
-        size_t n = strlen(k->extra[i]) + 1;
-        memcpy(p, k->extra[i], n);
-        p += n;
-    }
-    rs_lease_t *l = rs__lease_new_built(h->c, h->script, h->nkeys, lease_build, src, len,
-                                        renew_op, release_op, atol(k->lease), h->kind, h->name,
-                                        h->namelen);
-    free(src);
-    return l;
-}
-
 static uint64_t reply_u64(const redisReply *r)
 {
     if (r->type == REDIS_REPLY_INTEGER)

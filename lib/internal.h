@@ -171,19 +171,20 @@ void rs__hold_unlink(rs_hold_t **list, rs_hold_t *h);
  * with them for every hold still registered. */
 struct rs_waiter;
 struct rs_lease_scratch; /* room to rebuild a lease's call in (defined after rs_call_t) */
-/* A built lease's call, rebuilt on demand from l->src: keys, op, arguments (no fence). */
+/* A built lease's call, rebuilt on demand from its owner's block (and l->src): keys, op,
+ * arguments (no fence). */
 typedef void rs_lease_build_fn(const rs_lease_t *l, const char *op, struct rs_lease_scratch *s,
                                rs_argv_t *out);
 struct rs_lease {
     /* immutable after rs__lease_new */
     rs_client_t *c;
     const rs_script_t *script;
-    rs_lease_build_fn *build; /* a built lease (rs__lease_new_built): no copy of the call */
-    const void *src;          /* in the lease's block: a built lease's data for build; a
-                                 copied one's arguments, nargs pointers (rs__lease_arg) then
-                                 their lengths, then the bytes (op placeholder, keys, then the
-                                 arguments after the op; one allocation, sized to fit: leases
-                                 are what a pending request or hold costs) */
+    rs_lease_build_fn *build; /* a built lease (rs__lease_init_built): no copy of the call */
+    const void *src;          /* a built lease's: what its owner gives build (static); a
+                                 copied one's, in the lease's block: its arguments, nargs
+                                 pointers (rs__lease_arg), then their lengths, then the bytes
+                                 (op placeholder, keys, then the arguments after the op; one
+                                 allocation, sized to fit: leases are what a hold costs) */
     const char *renew_op, *release_op;
     long lease_ms;
     struct rs_waiter *waiter; /* set for queue entries */
@@ -191,13 +192,13 @@ struct rs_lease {
                                 before rs__watch_add, then read-only; 0: none) */
     const char *kind;
     char *name;
-    int nkeys;
-    int nargs;               /* a copied lease's arguments with the op placeholder; 0: built */
+    short nkeys;
+    short nargs;             /* a copied lease's arguments with the op placeholder; 0: built */
     atomic_uint rl_held;     /* Redlock: the masters that may still hold it (bit i): those
                                 that granted it; a renewal or release answered 0 there
                                 clears the bit. 0: not known (no rule uses it then) */
     atomic_int refs;
-    /* watchdog state, under the watchdog mutex */
+    /* watchdog state, under the watchdog mutex (next to the counts: no hole) */
     unsigned char lost, reported, registered;
     uint64_t due_ns;         /* next renewal */
     uint64_t deadline_ns;    /* local expiry: last confirmed send + lease - drift */
@@ -216,12 +217,15 @@ static inline const char *rs__lease_arg(const rs_lease_t *l, int i, size_t *len)
 rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                           const char *renew_op, const char *release_op, long lease_ms,
                           const char *kind, const char *name, size_t namelen);
-/* The same without a copy of the call: build rebuilds it from srclen bytes of src (copied
- * into the lease's block, 8-byte aligned) each time it is sent. One allocation. */
-rs_lease_t *rs__lease_new_built(rs_client_t *c, const rs_script_t *s, int nkeys,
-                                rs_lease_build_fn *build, const void *src, size_t srclen,
-                                const char *renew_op, const char *release_op, long lease_ms,
-                                const char *kind, const char *name, size_t namelen);
+/* A built lease in the caller's memory: l must start a block of malloc's (zeroed), which
+ * the last rs__lease_unref frees, so whatever build reads in that block lives as long as
+ * the lease (lib/async.c: a request's queue entry, the request's first member). name
+ * (NUL-terminated) must live as long too; kind must be static. One reference, the
+ * caller's. */
+void rs__lease_init_built(rs_lease_t *l, rs_client_t *c, const rs_script_t *s, int nkeys,
+                          rs_lease_build_fn *build, const char *renew_op,
+                          const char *release_op, long lease_ms, const char *kind,
+                          char *name);
 /* The lease's call with op: keys, op, arguments (and under Redlock, when l->fence is set,
  * "" and the fence as ARGV[9] and ARGV[10]). out may point into *s, which must outlive it. */
 void rs__lease_argv(const rs_lease_t *l, const char *op, struct rs_lease_scratch *s,
@@ -299,25 +303,32 @@ void rs__wd_run_rounds(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint
 #define RS_WAKE_TIMEOUT 3 /* the sleep bound passed */
 #define RS_WAKE_CANCEL 4  /* the client is closing */
 /* A wake-up's details, after the acquisition id: a fence or a count (at most 20 digits),
- * "retry", "s", "b"; a topic's payload, a number. Longer ones are cut (and rechecked). */
-#define RS_WAKE_MSG_MAX 32
+ * "retry", "s", "b"; a topic's payload, a number. Longer ones are cut (and rechecked).
+ * 27: what fills rs_waiter_t up to its links (every pending request embeds one). */
+#define RS_WAKE_MSG_MAX 27
 typedef struct rs_waiter {
     const char *id;          /* acquisition id: messages on the client channel (the caller's
                                 string, alive while w is registered; "" for none) */
     const char *topic;       /* or a watched channel: every message on it wakes this waiter */
     struct rs_shard *shard;  /* the sharded channel it also listens on (notify_shard.c) */
-    pthread_cond_t *cv;      /* a blocked waiter's (its caller's storage); NULL for callback
-                                waiters */
     int wake;
     char msg[RS_WAKE_MSG_MAX];
+    unsigned char cb;        /* a callback waiter (rs__notify_add): on_wake, no cv */
     struct rs_waiter *prev, *next;
-    /* A callback waiter (lib/async.c): called instead of signalling cv, with nt.mu held
-     * (and maybe the watchdog's wd.mu): it must only hand the wake-up on, never block. */
-    void (*on_wake)(struct rs_waiter *w);
-    void *arg;
-    /* A sleeping waiter's hook (cond.c), called with nt.mu held when a message with details
-     * wakes it, before it is signalled: set with rs__notify_arm; it must never block. */
-    void (*on_msg)(struct rs_waiter *w);
+    union { /* a blocked waiter's, or a callback waiter's (one per pending request: small) */
+        struct {
+            pthread_cond_t *cv; /* a blocked waiter's (its caller's storage) */
+            /* A sleeping waiter's hook (cond.c), called with nt.mu held when a message with
+             * details wakes it, before it is signalled: set with rs__notify_arm; it must
+             * never block. */
+            void (*on_msg)(struct rs_waiter *w);
+            void *arg;
+        };
+        /* A callback waiter (lib/async.c): called instead of signalling cv, with nt.mu held
+         * (and maybe the watchdog's wd.mu): it must only hand the wake-up on, never block.
+         * It finds its owner from w (the owner embeds it). */
+        void (*on_wake)(struct rs_waiter *w);
+    };
 } rs_waiter_t;
 /* Registers w under an acquisition id or a watched topic (the caller keeps id, topic and
  * cv, which this initializes and rs__notify_end destroys, alive until rs__notify_end),
@@ -343,9 +354,10 @@ void rs__notify_msg(rs_client_t *c, rs_waiter_t *w, char *buf, size_t len);
 void rs__notify_end(rs_client_t *c, rs_waiter_t *w);
 /* Sets w's on_msg hook (arg in w->arg) under nt.mu; NULL disarms it. */
 void rs__notify_arm(rs_client_t *c, rs_waiter_t *w, void (*on_msg)(rs_waiter_t *w), void *arg);
-/* Callback waiters (w->on_wake set, w->id filled, no cv): registers w at once, starting the
- * subscriber if need be but never waiting for it (rs__notify_ready says when it is
- * subscribed; the confirmation pokes every waiter RS_WAKE_RETRY). 0, EAGAIN, ECANCELED. */
+/* Callback waiters (w->on_wake set, w->id filled, no cv): registers w at once (marked
+ * w->cb), starting the subscriber if need be but never waiting for it (rs__notify_ready
+ * says when it is subscribed; the confirmation pokes every waiter RS_WAKE_RETRY). 0,
+ * EAGAIN, ECANCELED. */
 int rs__notify_add(rs_client_t *c, rs_waiter_t *w);
 void rs__notify_remove(rs_client_t *c, rs_waiter_t *w);
 /* Takes w's pending wake-up (RS_WAKE_NONE if none; msg filled after RS_WAKE_MSG). */
@@ -629,11 +641,6 @@ void rs__call_extra(rs_call_t *k, const char *arg);
 void rs__call_argv(const rs_call_t *k, const char *op, const char *mode, rs_argv_t *v);
 int rs__call_run(const rs_call_t *k, const char *op, const char *mode, redisReply **out);
 rs_lease_t *rs__call_lease(const rs_call_t *k, const char *renew_op, const char *release_op);
-/* The same as a built lease (rs__lease_new_built): it keeps the main key, the acquisition
- * id, the owner and the extras (not the call) and rebuilds the call at each renewal, with
- * mode "q" as rs__call_lease; what a queue entry of lib/async.c costs. */
-rs_lease_t *rs__call_lease_built(const rs_call_t *k, const char *renew_op,
-                                 const char *release_op);
 /* The two halves of a granted acquisition, for a grant made outside rs__acquire (the
  * multilock's one-script path): rs__hold_new allocates the hold and its lease before Redis
  * is asked (a grant never meets ENOMEM); rs__hold_granted records the grant (fence, lease

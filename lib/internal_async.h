@@ -59,46 +59,75 @@ enum { ST_NEW, ST_SUB, ST_SEND, ST_FLIGHT, ST_WAIT, ST_DELAY, ST_FIN, ST_UNDO };
 enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
 /* REL: undo a grant; HREL: release a hold; GET: check an event (RQ_EVT) */
 
-/* One allocation, sized to fit (what a pending request costs: bench/async/async.c): the
- * record, then its strings (the acquisition id, then each extra argument). */
+/* A request: one allocation, sized to fit, and all a pending request costs beyond the
+ * client's per-request slots (bench/async/async.c prints it; docs/performance.md): 480
+ * bytes from malloc for an rs_mutex_acquire_async with a 13-byte name, of which 406 of
+ * record (136 its queue-entry lease, 96 its callback waiter, 174 the rest), 64 of strings
+ * (a 38-byte acquisition id, the 24-byte main key, their NULs), 10 of malloc's header and
+ * rounding (a longer name or id can cross into the next 16-byte step).
+ *
+ * The block starts with the request's queue-entry lease, so the lease costs no allocation
+ * and no copy of the call: its builder (async.c) rebuilds the renewal from the request's
+ * fields set before it was submitted (owner_no, nextra, kat, klen, the strings) and ql.src
+ * (the handle's suffixes, static), never from the handle, and the block is freed by the
+ * lease's last reference (rs__aq_free), never by free(): a watchdog round that still holds
+ * the lease after done ran (and after the handle was destroyed) reads a live block. After
+ * a loss (its local deadline passed) the same lease is registered again when the request
+ * queues again. Then the strings: the acquisition id, each extra argument, and for an
+ * acquisition the main key (which also names the lease in the watchdog's log lines; a
+ * queue entry is never reported to on_lost), each NUL-terminated. What only an acquisition
+ * and only an event wait use shares its memory, and so do the send-queue and completion
+ * links (a request leaves the send and subscriber queues when it completes). */
 struct rs_request {
-    struct rs_async *as;
+    rs_lease_t ql; /* first (see above); RQ_ACQ's is registered with the watchdog while
+                      qleased; every request's holds the block's reference */
     rs_handle_t *h;
     uint64_t owner_no;
     rs_done_fn *done;
     void *arg;
     uint64_t deadline_ns;
-    const rs_async_event_t *ev; /* RQ_EVT: what is waited for, on channel w.topic */
-    long long evstate;
-    long recheck_ms;
-    unsigned count;
     /* the I/O thread's */
-    int undo_rc;
+    union {
+        struct { /* RQ_EVT: what is waited for, on channel w.topic */
+            const rs_async_event_t *ev;
+            long long evstate;
+            long recheck_ms;
+        };
+        struct { /* RQ_ACQ */
+            uint64_t fence_floor, lower_ns;
+            uint64_t sent_ns; /* of its last acquiring call */
+        };
+    };
     rs_timer_t tm;
-    uint64_t fence_floor, sent_ns, lower_ns, send_by_ns;
-    rs_lease_t *ql;
+    uint64_t send_by_ns;
     rs_waiter_t w;
-    struct rs_request *snext;          /* send queue or subscriber queue */
-    struct rs_request *anext, *aprev;  /* live requests */
-    struct rs_request *bnext;          /* this pass's completions */
-    struct rs_request *pwnext, *pcnext; /* this pass's copies of the woken and cancel lists:
-                                           wnext/cnext may be relinked (under as->mu) as
-                                           soon as the pass has taken them */
-    /* under as->mu */
+    union {
+        struct rs_request *snext; /* send queue or subscriber queue, until it completes */
+        struct rs_request *bnext; /* then this pass's completions (after leaving both) */
+    };
+    struct rs_request *anext, *aprev; /* live requests */
+    int undo_rc;
+    unsigned count; /* RQ_ACQ: the hold's count */
+    int rc;         /* under as->mu, as are the next four */
+    atomic_int cancel;
     rs_hold_t *hold;
     struct rs_request *next;  /* submit list, then completion list */
     struct rs_request *wnext; /* woken list */
     struct rs_request *cnext; /* cancel list */
-    int rc;
-    atomic_int cancel;
-    /* small fields, one byte each (distinct bytes: those under as->mu and the I/O thread's
-     * never share a memory location) */
+    unsigned short kat, klen; /* RQ_ACQ: the main key at str + kat, klen bytes */
+    /* small fields: set before it is submitted, then read-only; one byte each */
     unsigned char type, nextra, zero_fence, try_only, busy_rc; /* busy_rc: EBUSY, EAGAIN */
-    unsigned char counted, watching, final;                 /* the I/O thread's */
-    unsigned char st, op, queued, registered, resent, lost, in_send;
-    unsigned char pub, in_woken, in_cancel;                 /* under as->mu */
-    char str[];               /* acqid, then nextra extras: each NUL-terminated */
+    /* the I/O thread's (st also rs_request_cancel's and close's, once it is published or
+     * the thread is gone): bits, in one memory location no other group shares */
+    unsigned char st : 3, op : 3, counted : 1, watching : 1;
+    unsigned char final : 1, qleased : 1, queued : 1, registered : 1, resent : 1, lost : 1,
+        in_send : 1;
+    unsigned char pub, in_woken, in_cancel;                 /* under as->mu: one byte each */
+    char str[]; /* acqid, then nextra extras, then (RQ_ACQ) the main key: NUL-terminated */
 };
+_Static_assert(ST_UNDO < 8 && OP_GET < 8, "st and op are 3-bit fields of rs_request");
+/* A live request's client's async state (no pointer of its own in the record) */
+#define RS_RQ_AS(rq) atomic_load(&(rq)->ql.c->as)
 
 typedef struct rs_async {
     rs_client_t *c;
@@ -134,6 +163,11 @@ void rs__aq_list_append(rs_request_t **head, rs_request_t **tail, rs_request_t *
 void rs__aq_live_add(rs_async_t *as, rs_request_t *rq);
 void rs__aq_live_del(rs_async_t *as, rs_request_t *rq);
 void rs__aq_drop_queue_lease(rs_client_t *c, rs_request_t *rq);
+/* Frees rq: drops its lease's reference (the block goes with the last one). */
+static inline void rs__aq_free(rs_request_t *rq)
+{
+    rs__lease_unref(&rq->ql);
+}
 /* Ends rq on the I/O thread; published at the end of the pass. */
 void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold);
 void rs__aq_finish_hold(rs_async_t *as, rs_request_t *rq, int rc); /* a release ended */

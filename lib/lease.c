@@ -4,12 +4,12 @@
  *
  * An rs_lease_t owns a copy of the call that made it (script, keys, arguments, fence), so
  * renewals and releases can be sent long after the caller's buffers are gone; ops are put
- * in front of the arguments per call (rs__lease_argv). A built lease (a queue entry of
- * lib/async.c) owns instead what its builder (handle.c) rebuilds the call from: the main
- * key, the acquisition id, the owner, the extras; no handle, so it may outlive it. Either is
- * one allocation. Its live state (deadline, lost,
- * reported) is the watchdog's and is read under wd.mu (watchdog.c); this file knows nothing
- * of the thread.
+ * in front of the arguments per call (rs__lease_argv); one allocation. A built lease (a
+ * queue entry of lib/async.c) has no copy and no allocation of its own: it is the first
+ * member of its request's block, whose fields (the acquisition id, the owner, the extras,
+ * the main key; not the handle, which it may outlive) its builder rebuilds the call from,
+ * and its last reference frees that block. Its live state (deadline, lost, reported) is the
+ * watchdog's and is read under wd.mu (watchdog.c); this file knows nothing of the thread.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +22,8 @@ uint64_t rs__drift_ns(long lease_ms)
     return (uint64_t)lease_ms * RS_NS_PER_MS / 100 + 2 * RS_NS_PER_MS;
 }
 
-/* One block: the struct, then (8-byte aligned) the builder's data or the pointers, lengths
- * and bytes of the copied arguments (each NUL-terminated), then the name. */
+/* One block: the struct, then (8-byte aligned) the pointers, lengths and bytes of the copied
+ * arguments (each NUL-terminated), then the name. */
 static rs_lease_t *lease_alloc(size_t body, size_t namelen)
 {
     size_t head = (sizeof(rs_lease_t) + 7) & ~(size_t)7;
@@ -44,7 +44,7 @@ static void lease_fill(rs_lease_t *l, rs_client_t *c, const rs_script_t *s, int 
     l->name[namelen] = '\0';
     l->c = c;
     l->script = s;
-    l->nkeys = nkeys;
+    l->nkeys = (short)nkeys;
     l->renew_op = renew_op;
     l->release_op = release_op;
     l->lease_ms = lease_ms;
@@ -74,29 +74,33 @@ rs_lease_t *rs__lease_new(rs_client_t *c, const rs_script_t *s, int nkeys, const
         len[i + 1] = args->len[i];
         p += args->len[i] + 1;
     }
-    l->nargs = (int)n;
+    l->nargs = (short)n;
     lease_fill(l, c, s, nkeys, renew_op, release_op, lease_ms, kind, name, namelen);
     return l;
 }
 
-rs_lease_t *rs__lease_new_built(rs_client_t *c, const rs_script_t *s, int nkeys,
-                                rs_lease_build_fn *build, const void *src, size_t srclen,
-                                const char *renew_op, const char *release_op, long lease_ms,
-                                const char *kind, const char *name, size_t namelen)
+void rs__lease_init_built(rs_lease_t *l, rs_client_t *c, const rs_script_t *s, int nkeys,
+                          rs_lease_build_fn *build, const char *renew_op,
+                          const char *release_op, long lease_ms, const char *kind,
+                          char *name)
 {
-    rs_lease_t *l = lease_alloc(srclen, namelen);
-    if (!l)
-        return NULL;
-    memcpy((void *)l->src, src, srclen);
+    l->c = c;
+    l->script = s;
     l->build = build;
-    lease_fill(l, c, s, nkeys, renew_op, release_op, lease_ms, kind, name, namelen);
-    return l;
+    l->src = NULL; /* build finds its data around l */
+    l->nkeys = (short)nkeys;
+    l->renew_op = renew_op;
+    l->release_op = release_op;
+    l->lease_ms = lease_ms;
+    l->kind = kind;
+    l->name = name;
+    atomic_init(&l->refs, 1);
 }
 
 void rs__lease_unref(rs_lease_t *l)
 {
     if (l && atomic_fetch_sub(&l->refs, 1) == 1)
-        free(l); /* its arguments and name too: one block */
+        free(l); /* its arguments and name too: one block (or the block it starts) */
 }
 
 /* The lease's call with op put in front of its arguments; keys come first in Redis's

@@ -54,7 +54,7 @@ void rs__notify_poke_locked(rs_waiter_t *w, int wake)
     if (w->wake == RS_WAKE_CANCEL)
         return;
     w->wake = wake;
-    if (w->on_wake) {
+    if (w->cb) {
         w->on_wake(w); /* a request of lib/async.c: its I/O thread takes the wake-up */
         return;
     }
@@ -112,7 +112,7 @@ static void confirmed(rs_client_t *c, struct rs_nt_link *lk, const char *channel
             w->confirmed = 1;
         /* callback waiters of the topic (lib/async.c) check once it stands */
         for (rs_waiter_t *x = c->nt.head; x; x = x->next)
-            if (x->on_wake && x->topic && strcmp(x->topic, channel) == 0)
+            if (x->cb && x->topic && strcmp(x->topic, channel) == 0)
                 rs__notify_poke_locked(x, RS_WAKE_RETRY);
     }
     pthread_cond_broadcast(&c->nt.cv);
@@ -373,6 +373,7 @@ int rs__notify_add(rs_client_t *c, rs_waiter_t *w)
     if (rc == 0 && (c->nt.stop || atomic_load(&c->closing)))
         rc = ECANCELED;
     if (rc == 0) {
+        w->cb = 1;
         w->prev = NULL;
         w->next = c->nt.head;
         if (c->nt.head)

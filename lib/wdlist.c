@@ -36,6 +36,8 @@ int rs__watch_add(rs_client_t *c, rs_lease_t *l, uint64_t sent_ns, long ttl_ms)
         uint64_t end = sent_ns + (uint64_t)ttl_ms * RS_NS_PER_MS;
         l->due_ns = end > 2 * rs__lease_period_ns(l) ? end - 2 * rs__lease_period_ns(l) : 0;
         l->registered = 1;
+        if (l->waiter) /* a request's queue entry is registered again after a loss (async.c) */
+            l->lost = l->reported = 0;
         atomic_fetch_add(&l->refs, 1);
         l->prev = NULL;
         l->next = c->wd.head;

@@ -52,8 +52,9 @@
 #   make bench        also runs build/redisync-bench-async (or alone: make bench-async): one
 #                     loop thread's rs_mutex_acquire_async + rs_hold_release_async on 256 names
 #                     against blocking lock+unlock on one thread, same run (issue 16's 3x
-#                     target as PASS/MISS), heap bytes per pending request (about 660 since
-#                     the built queue-entry leases, 1,380 before; target 512: MISS), the
+#                     target as PASS/MISS), heap bytes per pending request (about 480 since
+#                     the lease moved into the request's block, 660-670 before; target 512:
+#                     PASS), the
 #                     thread count while 10,000 wait, and the watchdog's round with 10,000
 #                     queue entries: rounds per period, write batches per round, renewals per
 #                     round, its duration against one PING (one batch a round: PASS)

@@ -1,6 +1,6 @@
 /*
  * test_async_lease.c - the queue entries of pending requests (suite "async"): leases built
- * from the request's id and the name's key alone (rs__call_lease_built), renewed by the
+ * from the request's id and the name's key alone (in the request's block), renewed by the
  * client's watchdog in its one pipelined round (shared helpers in test_async.h):
  *   entries_renewed_in_one_batch  100 requests pending through several queue-entry leases:
  *                                 every entry still queued, each watchdog round one write
@@ -12,6 +12,12 @@
  *                                 destroyed while the watchdog may be renewing their entries
  *                                 (under ASan: a renewal rebuilds the call from the lease,
  *                                 never from the handle)
+ *   entry_lease_registered_again  20 requests pending with 300 ms entries when the server is
+ *                                 stopped for 1.2 s: their leases pass their local deadlines
+ *                                 (lost), the requests queue again when it is back and their
+ *                                 entries, whose leases live in the requests' blocks and are
+ *                                 registered again, stay queued through 2 s (7 lease periods
+ *                                 more) until the holder releases; each then granted once
  */
 #include <criterion/criterion.h>
 
@@ -143,6 +149,54 @@ Test(async, entry_lease_outlives_handle)
     }
     cr_expect_eq(tu_zcard_q(&s, "mutex", "out"), 0, "entries left in the queue");
     cr_assert_eq(rs_hold_release(h), 0);
+    cr_expect_eq(rs_mutex_destroy(m2), 0);
+    rs_client_close(c2);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+#define NAGAIN 20
+
+Test(async, entry_lease_registered_again)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    /* entries of 300 ms (renewed every 100 ms); calls answered within 5 s or re-sent */
+    rs_client_t *c = tu_open_client(&s, 300, 5000, NULL);
+    rs_client_t *c2 = tu_open_client(&s, 60000, 5000, NULL);
+    rs_mutex_t *m, *m2;
+    cr_assert_eq(rs_mutex_init(&m, c, "again"), 0);
+    cr_assert_eq(rs_mutex_init(&m2, c2, "again"), 0);
+    rs_hold_t *h;
+    cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0, "%s", rs_client_lasterror(c2));
+    static tally_t t;
+    static treq_t r[NAGAIN];
+    tally_pend(m, &t, r, NAGAIN);
+    cr_assert(tu_wait_zcard(&s, "mutex", "again", NAGAIN, 10000), "queued: %lld",
+              tu_zcard_q(&s, "mutex", "again"));
+    /* past every entry's local deadline: the watchdog marks the leases lost and pokes the
+     * requests, which ask again once the server answers (their entries expired there) */
+    ts_server_pause(&s);
+    usleep(1200 * 1000);
+    ts_server_resume(&s);
+    cr_assert(tu_wait_zcard(&s, "mutex", "again", NAGAIN, 10000), "queued again: %lld",
+              tu_zcard_q(&s, "mutex", "again"));
+    /* renewed from then on: a lease left lost (not registered again) would let its entry
+     * expire 300 ms after the last renewal, and nothing would queue it again before the
+     * holder's 60 s lease ran out */
+    for (int i = 0; i < 20; i++) {
+        usleep(100 * 1000);
+        cr_assert_eq(tu_zcard_q(&s, "mutex", "again"), NAGAIN, "entries left after %d ms",
+                     (i + 1) * 100);
+    }
+    cr_expect_eq(t.ran, 0);
+    cr_assert_eq(rs_hold_release(h), 0);
+    cr_assert(loop_until(c, &t.ran, NAGAIN, 30000), "%d of %d done", t.ran, NAGAIN);
+    cr_expect_eq(t.ok, NAGAIN, "errors: %d (last %d)", t.errs, t.last_rc);
+    cr_expect_eq(t.overlap, 0, "grants overlapped");
+    for (int i = 0; i < NAGAIN; i++)
+        cr_expect_eq(t.each[i], 1, "request %d completed %d times", i, t.each[i]);
+    cr_expect_eq(rs_mutex_destroy(m), 0);
     cr_expect_eq(rs_mutex_destroy(m2), 0);
     rs_client_close(c2);
     rs_client_close(c);

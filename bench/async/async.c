@@ -15,7 +15,8 @@
  *             rs_client_dispatch (epoll on rs_client_fd), same loop thread; target at most
  *             1.1 times the blocking handoff (PASS/MISS)
  *   memory    PENDING requests waiting on a held mutex: heap bytes per pending request
- *             (mallinfo2, request + queue-entry lease + heap slot), target <= 512 beyond
+ *             (mallinfo2: the request's one block, its queue-entry lease inside, and its
+ *             slots in the client's heap and reply ring), target <= 512 beyond
  *             the handle, and the process's thread count before and while they wait;
  *             measured once they are all queued in Redis, and again after the watchdog's
  *             rounds below (its round buffers included)
