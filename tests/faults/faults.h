@@ -14,7 +14,7 @@
  *   checker.c  the checker's scripts and the small hiredis helpers every part uses
  *   topology.c the deployments a scenario runs on (Sentinel, Redlock masters)
  *   net.c      network faults (--net, make test-network): iptables rules inside the test's
- *              own network namespace, the delay program, the network figures
+ *              own network namespace, the delay program (net_figures.c: the network figures)
  *   net_split.c  split brain under Sentinel and Cluster (--net): a master and its side's
  *              workers cut from the rest, failover, heal, the old master demoted
  *
@@ -332,6 +332,7 @@ void net_end(void);                  /* every rule removed, the delay program st
 int net_rule_add(const char *table, const char *chain, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int net_rule_del(int i);
+/* net_figures.c: the figures of one network scenario from the checker's records */
 void net_check(redisContext *ck, const scenario_t *sc, result_t *r);
 /* The network figures table; 1 if a net-slow-lossy run had a false loss report. */
 int net_report(const scenario_t *scen, int nscen, const result_t *res, const int *ran);
