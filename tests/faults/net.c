@@ -80,6 +80,9 @@ const scenario_t net_scenarios[] = {
      * min-replicas-to-write 1 (docs/reliability.md, "Split brain") */
     {"net-sentinel-split", P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_SENTINEL, 0, 0, 0},
     {"net-cluster-split",  P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER, 0, 0, 0},
+    /* the same with two replicas per shard (3 masters + 6 replicas): the cut shard's
+     * promoted replica keeps the other one, so the far side must get n0 during the split */
+    {"net-cluster-split-2r", P_MUTEX, 0, 8, 40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER2, 0, 0, 0},
     /* the same without min_replicas and min-replicas-to-write: opt-in, they are expected
      * to fail (what the configuration prevents; docs/reliability.md, "Split brain") */
     {"net-sentinel-split-nowait", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_SENTINEL, 0, 1, 0},

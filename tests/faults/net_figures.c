@@ -45,6 +45,28 @@ static void push(int64_t **v, int *n, int64_t x)
     *v = p;
 }
 
+/* A split (its 'S' record): when the far side (slots NET_SPLIT_A and up) was first granted
+ * n0, the name on the cut master (Cluster: n0's slot; Sentinel: every name), after the cut
+ * at tc; whether before the heal at th, which split_far_live deployments require. */
+static void split_far_n0(const scenario_t *sc, const nsec_t *s, size_t m, int64_t tc,
+                         int64_t th, result_t *r)
+{
+    int64_t take = -1;
+    for (size_t j = 0; j < m; j++)
+        if (s[j].slot >= NET_SPLIT_A && strcmp(s[j].name, "n0") == 0 && s[j].t_acq > tc &&
+            (take < 0 || s[j].t_acq < take))
+            take = s[j].t_acq;
+    if (take < 0)
+        r->far_n0_never++;
+    else
+        push(&r->far_n0, &r->nfar_n0, take - tc);
+    if (take >= 0 && take < th)
+        r->far_n0_during++;
+    else if (split_far_live(sc))
+        viol(r, V_LIVE, "split: the far side was not granted n0 during a cut of %.0f ms (%s)",
+             (double)(th - tc) / 1e3, take < 0 ? "never" : "only after the heal");
+}
+
 void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
 {
     redisReply *list = ck_cmd(ck, "LRANGE sec 0 -1");
@@ -117,6 +139,8 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
          * master was one of only two that did (the third was busy), it has lost its quorum:
          * then, and only then, it must be told (detect, takeover and late as for a black
          * hole), and another worker may take it once the cut master's key has expired */
+        if (kind == 'S')
+            split_far_n0(sc, s, m, tc, th, r);
         int part = kind == 'P' || kind == 'p';
         for (size_t i = 0; i < m; i++) {
             if (!(s[i].t_acq < tc && s[i].t_rel > tc) || (slot >= 0 && s[i].slot != slot))
@@ -186,6 +210,7 @@ void net_check(redisContext *ck, const scenario_t *sc, result_t *r)
     qsort(r->detect, (size_t)r->ndetect, sizeof *r->detect, cmp64);
     qsort(r->ntake, (size_t)r->nntake, sizeof *r->ntake, cmp64);
     qsort(r->recover, (size_t)r->nrecover, sizeof *r->recover, cmp64);
+    qsort(r->far_n0, (size_t)r->nfar_n0, sizeof *r->far_n0, cmp64);
 }
 
 static void fig(char *buf, size_t len, const int64_t *v, int n)
