@@ -249,6 +249,8 @@ typedef struct result {
     int ndemote;
     long split_nofailover;      /* cuts during which no replica was promoted */
     long split_nodemote;        /* heals after which the old master stayed master 30 s */
+    long split_votes;           /* Cluster, two replicas: cuts without a promotion because the
+                                   replicas' election split (net_split.c, split_vote) */
     int64_t *far_n0;            /* cut -> the first grant of n0 (the cut shard's name) to a
                                    worker of the far side */
     int nfar_n0;

@@ -9,11 +9,11 @@
  * two (-2r: nine nodes, --cluster-replicas 2); cluster-node-timeout 2000. With one replica the
  * promoted replica has none of its own until the old master rejoins, so under min_replicas 1
  * the cut shard's names wait for the heal; with two, the other replica follows the promoted
- * one and the far side must get the cut shard's name n0 during the split (a liveness
- * violation if it does not: split_far_live, net_figures.c). Every data node runs with
- * min-replicas-to-write 1 and
- * min-replicas-max-lag 2, and the workers with min_replicas 1: every hold and renewal is
- * confirmed by WAIT (docs/deployments.md, docs/reliability.md "Split brain"). The opt-in
+ * one and the far side must get the cut shard's name n0 during the split when a replica was
+ * promoted during it (a liveness violation if not: split_far_live, net_figures.c). Every
+ * data node runs with min-replicas-to-write 1 and min-replicas-max-lag 2, and the workers
+ * with min_replicas 1: every hold and renewal is confirmed by WAIT (docs/deployments.md,
+ * docs/reliability.md "Split brain"). The opt-in
  * -nowait scenarios run without either, to show what that configuration prevents.
  *
  * Sides. A cut puts the master (Sentinel) or the master of name n0's slot (Cluster), with
@@ -23,7 +23,7 @@
  * each server process with NET_SGID0 + index (the driver sets its own effective group id
  * while it forks the server: ts_server_start, ts_sentinel_start, ts_cluster_start_each).
  * One mangle rule per group id gives every connection the connmark bit of the process that
- * opened it, at its SYN (workers bits 0-7, servers 8-13; the driver's own connections keep
+ * opened it, at its SYN (workers bits 0-7, servers 8-16; the driver's own connections keep
  * mark 0 and are never cut; the checker's port is on no side):
  *   -t mangle -A OUTPUT -p tcp -m owner --gid-owner G -m conntrack --ctstate NEW
  *                       -j CONNMARK --set-mark BIT
@@ -44,10 +44,12 @@
  * the election, about 3-5 s); then it heals. The driver watches for the promotion on side B
  * (cut -> a sentinel of side B names another master; Cluster: one of the shard's replicas
  * says role:master) and, after the heal, for the old master's demotion (role:slave; a heal
- * without it within 30 s is a liveness failure). Records on the checker, for net_check:
- * "S:SLOT:T_CUT:T_HEAL" for the holder (or slot 0) and "s:SLOT:..." for the other workers
- * of side A, so detection, takeover, on_lost before the takeover and recovery are computed
- * as for a black hole, for every worker of the cut side.
+ * without it within 30 s is a liveness failure). A cut without a promotion is a liveness
+ * failure too, unless it was a split vote (two replicas: split_vote, counted apart). Records
+ * on the checker, for net_check: "S:SLOT:T_CUT:T_HEAL:PROMOTED" for the holder (or slot 0)
+ * and "s:SLOT:..." for the other workers of side A, so detection, takeover, on_lost before
+ * the takeover and recovery are computed as for a black hole, for every worker of the cut
+ * side, and the far side's first grant of n0 (net_figures.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +114,7 @@ static struct {
     int state;          /* 0 idle, 1 holder asked, 2 cut, 3 healed: awaiting the demotion */
     int m;              /* the master cut (index in srv) */
     int heir[2];        /* Cluster: its replicas (indexes), -1 unknown */
+    long logoff[MAX_SPLIT_SRV]; /* Cluster: the size of each node's redis.log at the cut */
     int holder;         /* the slot asked to hold through the cut, -1 none */
     long id;
     int rules[MAX_CUT_RULES];
@@ -362,6 +365,59 @@ static int drop_rules(unsigned mask, const char *dir, const int *v, int n, int *
     return 0;
 }
 
+static long log_size(int j)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/redis.log", S.srv[j]->dir);
+    FILE *f = fopen(path, "rb");
+    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Lines of srv[j]'s redis.log from offset off that contain what. */
+static int log_count(int j, long off, const char *what)
+{
+    char path[300], line[512];
+    int n = 0;
+    snprintf(path, sizeof path, "%s/redis.log", S.srv[j]->dir);
+    FILE *f = off >= 0 ? fopen(path, "rb") : NULL;
+    if (f && fseek(f, off, SEEK_SET) == 0)
+        while (fgets(line, sizeof line, f))
+            n += strstr(line, what) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Cluster, a cut without a promotion: was it a split vote? Each replica of the cut master
+ * was granted a vote during the cut by some master (the voters' logs say so) and neither
+ * won: two replicas with the same replication offset are both rank 0, so each starts its
+ * election 500-1000 ms after the FAIL at random; when the two requests cross, each voting
+ * master grants one of them (one vote per epoch and per failed master), neither gets the
+ * majority, and Redis tries again only 4 x cluster-node-timeout after the first attempt
+ * (auth_retry_time: 8 s here, past the heal). */
+static int split_vote(void)
+{
+    if (!S.cluster || S.heir[0] < 0 || S.heir[1] < 0)
+        return 0;
+    for (int k = 0; k < 2; k++) {
+        char id[48], what[96];
+        int h = S.heir[k], granted = 0;
+        if (!ts_cluster_myid(S.srv[h], id, sizeof id) ||
+            log_count(h, S.logoff[h], "Failover election won") > 0)
+            return 0;
+        snprintf(what, sizeof what, "Failover auth granted to %s", id);
+        for (int j = 0; j < S.ndata; j++)
+            if (j != h && j != S.m)
+                granted += log_count(j, S.logoff[j], what);
+        if (granted == 0)
+            return 0;
+    }
+    return 1;
+}
+
 static int cut(run_t *R)
 {
     unsigned ma = SBIT(S.m), mb = 0;
@@ -379,6 +435,8 @@ static int cut(run_t *R)
     int k = 0, rc = 0;
     for (int d = 0; d < 2 && rc == 0; d++)
         rc = drop_rules(ma, dir[d], pb, nb, &k) || drop_rules(mb, dir[d], pa, na, &k) ? -1 : 0;
+    for (int j = 0; j < S.ndata && S.cluster; j++)
+        S.logoff[j] = log_size(j);
     S.t_cut = now_us();
     S.until = S.t_cut + rnd_range(&R->rng, CUT_MIN_MS, CUT_MAX_MS) * 1000;
     S.promoted = 0;
@@ -397,6 +455,10 @@ static int cut(run_t *R)
 
 static void heal(run_t *R)
 {
+    if (!S.promoted && promoted()) { /* (since the last poll) */
+        S.promoted = 1;
+        push_us(&R->res->promote, &R->res->npromote, now_us() - S.t_cut);
+    }
     for (int k = 0; k < MAX_CUT_RULES; k++) {
         net_rule_del(S.rules[k]);
         S.rules[k] = -1;
@@ -407,18 +469,27 @@ static void heal(run_t *R)
     int upper = S.holder >= 0 ? S.holder : 0;
     for (int i = 0; i < SPLIT_A && i < R->sc->procs; i++) {
         char rec[96];
-        snprintf(rec, sizeof rec, "%c:%d:%lld:%lld", i == upper ? 'S' : 's', i,
-                 (long long)S.t_cut, (long long)S.t_heal);
+        snprintf(rec, sizeof rec, "%c:%d:%lld:%lld:%d", i == upper ? 'S' : 's', i,
+                 (long long)S.t_cut, (long long)S.t_heal, S.promoted);
         freeReplyObject(ck_cmd(R->ck, "RPUSH net %s", rec));
     }
-    if (!S.promoted) {
+    int64_t now = now_us();
+    if (!S.promoted && split_vote()) {
+        R->res->split_votes++;
+        printf("    split: no promotion during a cut of %lld ms: a split vote (each replica of "
+               ":%d was granted a vote, neither won; Redis tries again 4 x cluster-node-timeout "
+               "after the first attempt)\n", (long long)(S.t_heal - S.t_cut) / 1000,
+               S.srv[S.m]->port);
+    } else if (!S.promoted) {
         R->res->split_nofailover++;
         viol(R->res, V_LIVE, "split: no master was promoted on the far side during a cut of "
              "%lld ms", (long long)(S.t_heal - S.t_cut) / 1000);
     }
     if (g_verbose)
         printf("    %12s  healed the split after %lld ms\n", "", (long long)(S.t_heal - S.t_cut) / 1000);
-    S.state = 3;
+    /* without a promotion the old master stays master: no demotion to wait for */
+    S.state = S.promoted ? 3 : 0;
+    S.next_at = now + 1000000;
     S.t_poll = 0;
 }
 
@@ -539,8 +610,28 @@ int split_scan(run_t *R, long *keys, long *no_ttl)
     return 0;
 }
 
+/* RS_SPLIT_LOGS=DIR (a diagnostic knob): each data node's redis.log is copied to
+ * DIR/SCENARIO-PORT.log before the servers stop (elections, failure reports, demotions). */
+static void keep_logs(const run_t *R)
+{
+    const char *dir = getenv("RS_SPLIT_LOGS");
+    for (int j = 0; dir && dir[0] && j < S.ndata; j++) {
+        char from[300], to[512], buf[8192];
+        snprintf(from, sizeof from, "%s/redis.log", S.srv[j]->dir);
+        snprintf(to, sizeof to, "%s/%s-%d.log", dir, R->sc->name, S.srv[j]->port);
+        FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+        for (size_t n; out && (n = fread(buf, 1, sizeof buf, in)) > 0;)
+            fwrite(buf, 1, n, out);
+        if (out)
+            fclose(out);
+        if (in)
+            fclose(in);
+    }
+}
+
 void split_stop(run_t *R)
 {
+    keep_logs(R);
     if (S.cluster) {
         ts_cluster_stop(R->cnodes, S.ndata);
         return;
@@ -578,12 +669,14 @@ void split_report(const scenario_t *sc, const result_t *r)
     fig2(p, sizeof p, r->promote, r->npromote);
     fig2(d, sizeof d, r->demote, r->ndemote);
     printf("%s: %ld split(s); new master promoted after the cut p50/max %s ms (cuts without "
-           "a promotion: %ld); old master a replica after the heal p50/max %s ms (never: %ld)\n",
-           sc->name, r->faults[F_NET_SPLIT], p, r->split_nofailover, d, r->split_nodemote);
+           "a promotion: %ld, and by a split vote: %ld); old master a replica after the heal "
+           "p50/max %s ms (never: %ld)\n", sc->name, r->faults[F_NET_SPLIT], p,
+           r->split_nofailover, r->split_votes, d, r->split_nodemote);
     fig2(p, sizeof p, r->far_n0, r->nfar_n0);
     printf("%s: n0 (the cut master's name) first granted on the far side (w%d-w%d) after the "
            "cut p50/max %s ms: during the split after %ld of %ld cut(s), after the heal %ld, "
            "never %ld%s\n", sc->name, NET_SPLIT_A, sc->procs - 1, p, r->far_n0_during,
            r->faults[F_NET_SPLIT], (long)r->nfar_n0 - r->far_n0_during, r->far_n0_never,
-           split_far_live(sc) ? " (required during the split)" : "");
+           split_far_live(sc) ? " (required during the split when a replica was promoted "
+                                "during it)" : "");
 }
