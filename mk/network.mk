@@ -20,7 +20,8 @@
 #                         is a replica (net-sentinel-split, net-cluster-split,
 #                         net-cluster-split-2r; min_replicas 1 and min-replicas-to-write 1;
 #                         Sentinel and -2r must give the cut master's name to the far side
-#                         during the split).
+#                         during the split; opt-in, expected to fail: the -nowait variants,
+#                         and net-cluster-split-2r-along, a replica cut along with the master).
 #                         Invariants I1-I7 as in test-faults, plus the network figures (loss
 #                         detection, takeover, on_lost before the takeover, recovery; splits:
 #                         promotion and demotion times). About 7 minutes on 2 cores (429 s

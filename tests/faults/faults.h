@@ -73,11 +73,10 @@ extern const char *const fault_names[F_COUNT];
 /* Network scenarios (net.c): which fault a --net scenario injects. */
 typedef enum {
     NET_NONE, NET_BLACKHOLE, NET_ONEWAY, NET_SLOW_LOSSY, NET_FLAP, NET_RL_PART,
-    NET_SPLIT_SENTINEL, NET_SPLIT_CLUSTER, NET_SPLIT_CLUSTER2 /* net_split.c (CLUSTER2: two
-                                                                 replicas per shard) */
+    NET_SPLIT_SENTINEL, NET_SPLIT_CLUSTER, NET_SPLIT_CLUSTER2, /* net_split.c (CLUSTER2: two */
+    NET_SPLIT_CLUSTER2A /* replicas per shard; 2A: one cut along with the master) */
 } netkind_t;
-#define NET_IS_SPLIT(sc) ((sc)->net == NET_SPLIT_SENTINEL || (sc)->net == NET_SPLIT_CLUSTER || \
-                          (sc)->net == NET_SPLIT_CLUSTER2)
+#define NET_IS_SPLIT(sc) ((sc)->net >= NET_SPLIT_SENTINEL && (sc)->net <= NET_SPLIT_CLUSTER2A)
 #define NET_SPLIT_A 3  /* a split: worker slots 0..NET_SPLIT_A-1 are on the cut master's side */
 #define NET_GID0 20000 /* --net: worker SLOT runs with group id NET_GID0 + SLOT */
 

@@ -83,6 +83,9 @@ const scenario_t net_scenarios[] = {
     /* the same with two replicas per shard (3 masters + 6 replicas): the cut shard's
      * promoted replica keeps the other one, so the far side must get n0 during the split */
     {"net-cluster-split-2r", P_MUTEX, 0, 8, 40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER2, 0, 0, 0},
+    /* opt-in, expected to fail: one of the two replicas cut along with the master, so that
+     * min_replicas 1 is below the replicas that may be promoted (docs/reliability.md) */
+    {"net-cluster-split-2r-along", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),    2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER2A, 0, 1, 0},
     /* the same without min_replicas and min-replicas-to-write: opt-in, they are expected
      * to fail (what the configuration prevents; docs/reliability.md, "Split brain") */
     {"net-sentinel-split-nowait", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_SENTINEL, 0, 1, 0},

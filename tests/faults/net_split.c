@@ -10,14 +10,17 @@
  * promoted replica has none of its own until the old master rejoins, so under min_replicas 1
  * the cut shard's names wait for the heal; with two, the other replica follows the promoted
  * one and the far side must get the cut shard's name n0 during the split when a replica was
- * promoted during it (a liveness violation if not: split_far_live, net_figures.c). Every
+ * promoted during it (a liveness violation if not: split_far_live, net_figures.c).
+ * -2r-along (opt-in, expected to fail): the same nine nodes with one of the master's replicas
+ * cut along with it, so min_replicas 1 is below the replicas that may be promoted: the cut
+ * master's WAITs are still confirmed by the replica on its side. Every
  * data node runs with min-replicas-to-write 1 and min-replicas-max-lag 2, and the workers
  * with min_replicas 1: every hold and renewal is confirmed by WAIT (docs/deployments.md,
  * docs/reliability.md "Split brain"). The opt-in
  * -nowait scenarios run without either, to show what that configuration prevents.
  *
- * Sides. A cut puts the master (Sentinel) or the master of name n0's slot (Cluster), with
- * worker slots 0..SPLIT_A-1, on side A, and everything else (replicas, sentinels, the other
+ * Sides. A cut puts the master (Sentinel) or the master of name n0's slot (Cluster; -along:
+ * with one of its replicas), with worker slots 0..SPLIT_A-1, on side A, and everything else (replicas, sentinels, the other
  * shards, the other workers) on side B. Everything runs on the namespace's loopback, so a
  * side is a set of processes: each worker runs with group id NET_GID0 + slot (net_child),
  * each server process with NET_SGID0 + index (the driver sets its own effective group id
@@ -77,10 +80,12 @@ static const struct deployment {
     int ndata;      /* Sentinel: the master and its replicas (then 3 sentinels) */
     int replicas;   /* per master: what healthy() waits for before a cut */
     int far_live;   /* the far side must get n0 during the split (split_far_live) */
+    int along;      /* Cluster: one of the master's replicas is cut along with it */
 } deployments[] = {
-    {NET_SPLIT_SENTINEL, 0, 3, 2, 1},
-    {NET_SPLIT_CLUSTER,  1, 6, 1, 0},
-    {NET_SPLIT_CLUSTER2, 1, 9, 2, 1},
+    {NET_SPLIT_SENTINEL,  0, 3, 2, 1, 0},
+    {NET_SPLIT_CLUSTER,   1, 6, 1, 0, 0},
+    {NET_SPLIT_CLUSTER2,  1, 9, 2, 1, 0},
+    {NET_SPLIT_CLUSTER2A, 1, 9, 2, 0, 1},
 };
 
 static const struct deployment *deployment_of(const scenario_t *sc)
@@ -330,13 +335,19 @@ int split_start(run_t *R)
     return 0;
 }
 
-/* The ports of the servers of one side into v (in_a 1: srv[m] only; 0: the rest), Cluster
+/* Is server j on the cut master's side? (the master; -along: and its first replica) */
+static int on_a(int j)
+{
+    return j == S.m || (S.dep->along && j == S.heir[0]);
+}
+
+/* The ports of the servers of one side into v (in_a 1: side A's; 0: the rest), Cluster
  * with their bus ports; their number. */
 static int side_ports(int in_a, int *v)
 {
     int n = 0;
     for (int j = 0; j < S.nsrv; j++) {
-        if ((j == S.m) != in_a)
+        if (on_a(j) != in_a)
             continue;
         v[n++] = S.srv[j]->port;
         if (S.cluster)
@@ -420,14 +431,16 @@ static int split_vote(void)
 
 static int cut(run_t *R)
 {
-    unsigned ma = SBIT(S.m), mb = 0;
+    unsigned ma = 0, mb = 0;
     for (int i = 0; i < R->sc->procs; i++)
         if (i < SPLIT_A)
             ma |= WBIT(i);
         else
             mb |= WBIT(i);
     for (int j = 0; j < S.nsrv; j++)
-        if (j != S.m)
+        if (on_a(j))
+            ma |= SBIT(j);
+        else
             mb |= SBIT(j);
     int pa[2 * MAX_SPLIT_SRV], pb[2 * MAX_SPLIT_SRV];
     int na = side_ports(1, pa), nb = side_ports(0, pb);
@@ -447,8 +460,8 @@ static int cut(run_t *R)
         return -1;
     }
     R->res->faults[F_NET_SPLIT]++;
-    snprintf(R->last_detail, sizeof R->last_detail, " master :%d + w0-w%d (%s) from the rest, "
-             "for %lld ms", S.srv[S.m]->port, SPLIT_A - 1,
+    snprintf(R->last_detail, sizeof R->last_detail, " master :%d%s + w0-w%d (%s) from the rest, "
+             "for %lld ms", S.srv[S.m]->port, S.dep->along ? " + a replica" : "", SPLIT_A - 1,
              S.holder >= 0 ? "one holding" : "no holder", (long long)(S.until - S.t_cut) / 1000);
     return F_NET_SPLIT;
 }
