@@ -14,20 +14,26 @@
 #                         for 1.5-2.5 leases (net-rl-part; net-rl-slowloss, delay + loss on
 #                         every master, runs only with --only: false loss reports remain);
 #                         split brain (net_split.c): a Sentinel master (2 replicas, 3
-#                         sentinels) or a Cluster shard's master (3 masters + 3 replicas)
-#                         with workers w0-w2 cut from everything else for 8-10 s, longer
-#                         than the failover, then healed until the old master is a replica
-#                         (net-sentinel-split, net-cluster-split; min_replicas 1 and
-#                         min-replicas-to-write 1).
+#                         sentinels) or a Cluster shard's master (3 masters + 3 replicas, or
+#                         + 6: two per shard) with workers w0-w2 cut from everything else for
+#                         8-10 s, longer than the failover, then healed until the old master
+#                         is a replica (net-sentinel-split, net-cluster-split,
+#                         net-cluster-split-2r; min_replicas 1 and min-replicas-to-write 1;
+#                         Sentinel and -2r must give the cut master's name to the far side
+#                         during the split; opt-in, expected to fail: the -nowait variants,
+#                         and net-cluster-split-2r-along, a replica cut along with the master).
 #                         Invariants I1-I7 as in test-faults, plus the network figures (loss
 #                         detection, takeover, on_lost before the takeover, recovery; splits:
-#                         promotion and demotion times). About 5 minutes on 2 cores. Needs root (ip netns, iptables);
-#                         docs/reliability.md, "Network faults: make test-network".
-#   make test-network-ci  the same at --scale 40 (the CI form, about 3 minutes; the two
-#                         split scenarios about 56 s of it, one split each)
+#                         promotion and demotion times). About 7 minutes on 2 cores (429 s
+#                         for the ten default scenarios, 2026-11-26). Needs root (ip netns,
+#                         iptables); docs/reliability.md, "Network faults: make test-network".
+#   make test-network-ci  the same at --scale 40 (the CI form, about 4 minutes: 242 s; the three
+#                         split scenarios about 80 s of it, one split each: -2r 26 s)
 #
 # Knobs: NETWORK_ARGS (passed to the driver, e.g. NETWORK_ARGS='--only net-oneway --verbose';
-# --list names the scenarios), FAULTS_SEED and FAULTS_LIBLOG as for test-faults.
+# --list names the scenarios), FAULTS_SEED and FAULTS_LIBLOG as for test-faults;
+# RS_SPLIT_LOGS=DIR (environment) keeps the split scenarios' data nodes' redis.log files in
+# DIR (elections, votes, demotions).
 #
 # build/redisync-delayq (tests/network/delayq.c) is the delay line: it takes packets from
 # NFQUEUE and accepts each one after delay +- jitter (this kernel has no netem). It links

@@ -24,7 +24,7 @@
 #define MAX_PROCS 16
 #define MAX_SCEN 16
 #define MAX_STOPPED 3
-#define MAX_SPLIT_SRV 6
+#define MAX_SPLIT_SRV 9
 
 typedef struct slot {
     pid_t pid;
@@ -48,7 +48,7 @@ typedef struct run {
     ts_server_t replica[2];   /* sentinel scenarios: the master's two replicas, and */
     ts_server_t sent[3];      /* the three sentinels; Redlock: data, replica[0], replica[1]
                                  are the three masters */
-    ts_server_t cnodes[MAX_SPLIT_SRV]; /* net-cluster-split: 3 masters + 3 replicas */
+    ts_server_t cnodes[MAX_SPLIT_SRV]; /* net-cluster-split: 3 masters + 3 replicas (-2r: + 6) */
     redisContext *rlconn[2];  /* Redlock: the driver's connections to replica[0] and [1] */
     tt_certs_t certs;         /* TLS: the certificates of the scenario (removed at its end) */
     char url[600];            /* what the workers use */
@@ -89,7 +89,7 @@ int pick_slot(run_t *R, int need_outside, int min_slot);
 /* schedule.c: injects one fault of the scenario's kinds; the kind, or -1 if none applied now */
 int inject(run_t *R);
 
-/* net_split.c (--net: net-sentinel-split, net-cluster-split): the deployment, with its
+/* net_split.c (--net: net-sentinel-split, net-cluster-split[-2r]): the deployment, with its
  * processes marked for the cut, its url and ports (0 or -1); every 10 ms of the faults
  * phase, the split schedule (the kind injected or -1); at its end, heal; in the quiet phase,
  * watch for the old master's demotion; after the stop, wait for it (bounded); the keys'

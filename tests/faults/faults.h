@@ -14,7 +14,7 @@
  *   checker.c  the checker's scripts and the small hiredis helpers every part uses
  *   topology.c the deployments a scenario runs on (Sentinel, Redlock masters)
  *   net.c      network faults (--net, make test-network): iptables rules inside the test's
- *              own network namespace, the delay program, the network figures
+ *              own network namespace, the delay program (net_figures.c: the network figures)
  *   net_split.c  split brain under Sentinel and Cluster (--net): a master and its side's
  *              workers cut from the rest, failover, heal, the old master demoted
  *
@@ -73,9 +73,11 @@ extern const char *const fault_names[F_COUNT];
 /* Network scenarios (net.c): which fault a --net scenario injects. */
 typedef enum {
     NET_NONE, NET_BLACKHOLE, NET_ONEWAY, NET_SLOW_LOSSY, NET_FLAP, NET_RL_PART,
-    NET_SPLIT_SENTINEL, NET_SPLIT_CLUSTER /* net_split.c */
+    NET_SPLIT_SENTINEL, NET_SPLIT_CLUSTER, NET_SPLIT_CLUSTER2, /* net_split.c (CLUSTER2: two */
+    NET_SPLIT_CLUSTER2A /* replicas per shard; 2A: one cut along with the master) */
 } netkind_t;
-#define NET_IS_SPLIT(sc) ((sc)->net == NET_SPLIT_SENTINEL || (sc)->net == NET_SPLIT_CLUSTER)
+#define NET_IS_SPLIT(sc) ((sc)->net >= NET_SPLIT_SENTINEL && (sc)->net <= NET_SPLIT_CLUSTER2A)
+#define NET_SPLIT_A 3  /* a split: worker slots 0..NET_SPLIT_A-1 are on the cut master's side */
 #define NET_GID0 20000 /* --net: worker SLOT runs with group id NET_GID0 + SLOT */
 
 typedef struct scenario {
@@ -246,6 +248,13 @@ typedef struct result {
     int ndemote;
     long split_nofailover;      /* cuts during which no replica was promoted */
     long split_nodemote;        /* heals after which the old master stayed master 30 s */
+    long split_votes;           /* Cluster, two replicas: cuts without a promotion because the
+                                   replicas' election split (net_split.c, split_vote) */
+    int64_t *far_n0;            /* cut -> the first grant of n0 (the cut shard's name) to a
+                                   worker of the far side */
+    int nfar_n0;
+    long far_n0_during;         /* ... of which before the heal */
+    long far_n0_never;          /* cuts after which the far side never got n0 */
     /* event-loop workers (worker_async.c): the requests pending in the process at each kill
      * -9 or SIGSTOP that hit one (in-section ones from its "ev" record, the others from its
      * pend:SLOT at the fault); their outcomes over the scenario (the "aout" hash) */
@@ -332,10 +341,14 @@ void net_end(void);                  /* every rule removed, the delay program st
 int net_rule_add(const char *table, const char *chain, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int net_rule_del(int i);
+/* net_figures.c: the figures of one network scenario from the checker's records */
 void net_check(redisContext *ck, const scenario_t *sc, result_t *r);
 /* The network figures table; 1 if a net-slow-lossy run had a false loss report. */
 int net_report(const scenario_t *scen, int nscen, const result_t *res, const int *ran);
-/* net_split.c: the split figures of one scenario (promotion and demotion times) */
+/* net_split.c: the split figures of one scenario (promotion and demotion times, n0 on the
+ * far side); whether its deployment must give the cut shard's names to the far side during
+ * the split (two replicas per Cluster shard: a liveness violation if not) */
 void split_report(const scenario_t *sc, const result_t *r);
+int split_far_live(const scenario_t *sc);
 
 #endif

@@ -248,7 +248,7 @@ int main(int argc, char **argv)
         free(res[k].takeover);
         free(res[k].waits);
         free(res[k].detect), free(res[k].ntake), free(res[k].recover);
-        free(res[k].promote), free(res[k].demote);
+        free(res[k].promote), free(res[k].demote), free(res[k].far_n0);
     }
     redisFree(ck);
     ts_server_stop(&ck_srv);

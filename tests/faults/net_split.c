@@ -1,28 +1,38 @@
 /*
  * net_split.c - split brain under Sentinel and under Cluster (make test-network:
- * net-sentinel-split, net-cluster-split; the rest of the network suite is net.c).
+ * net-sentinel-split, net-cluster-split, net-cluster-split-2r; the rest of the network suite
+ * is net.c, the figures net_figures.c).
  *
- * Deployments. Sentinel: a master, two replicas and three sentinels (quorum 2,
- * down-after-milliseconds 1000, failover-timeout 5000), as topology.c's. Cluster: three
- * masters and three replicas (redis-cli --cluster create --cluster-replicas 1,
- * cluster-node-timeout 2000). Every data node runs with min-replicas-to-write 1 and
- * min-replicas-max-lag 2, and the workers with min_replicas 1: every hold and renewal is
- * confirmed by WAIT (docs/deployments.md, docs/reliability.md "Split brain"). The opt-in
+ * Deployments (the table below). Sentinel: a master, two replicas and three sentinels (quorum
+ * 2, down-after-milliseconds 1000, failover-timeout 5000), as topology.c's. Cluster: three
+ * masters with one replica each (redis-cli --cluster create --cluster-replicas 1), or with
+ * two (-2r: nine nodes, --cluster-replicas 2); cluster-node-timeout 2000. With one replica the
+ * promoted replica has none of its own until the old master rejoins, so under min_replicas 1
+ * the cut shard's names wait for the heal; with two, the other replica follows the promoted
+ * one and the far side must get the cut shard's name n0 during the split when a replica was
+ * promoted during it (a liveness violation if not: split_far_live, net_figures.c).
+ * -2r-along (opt-in, expected to fail): the same nine nodes with one of the master's replicas
+ * cut along with it, so min_replicas 1 is below the replicas that may be promoted: the cut
+ * master's WAITs are still confirmed by the replica on its side. Every
+ * data node runs with min-replicas-to-write 1 and min-replicas-max-lag 2, and the workers
+ * with min_replicas 1: every hold and renewal is confirmed by WAIT (docs/deployments.md,
+ * docs/reliability.md "Split brain"). The opt-in
  * -nowait scenarios run without either, to show what that configuration prevents.
  *
- * Sides. A cut puts the master (Sentinel) or the master of name n0's slot (Cluster), with
- * worker slots 0..SPLIT_A-1, on side A, and everything else (replicas, sentinels, the other
+ * Sides. A cut puts the master (Sentinel) or the master of name n0's slot (Cluster; -along:
+ * with one of its replicas), with worker slots 0..SPLIT_A-1, on side A, and everything else (replicas, sentinels, the other
  * shards, the other workers) on side B. Everything runs on the namespace's loopback, so a
  * side is a set of processes: each worker runs with group id NET_GID0 + slot (net_child),
  * each server process with NET_SGID0 + index (the driver sets its own effective group id
  * while it forks the server: ts_server_start, ts_sentinel_start, ts_cluster_start_each).
  * One mangle rule per group id gives every connection the connmark bit of the process that
- * opened it, at its SYN (workers bits 0-7, servers 8-13; the driver's own connections keep
+ * opened it, at its SYN (workers bits 0-7, servers 8-16; the driver's own connections keep
  * mark 0 and are never cut; the checker's port is on no side):
  *   -t mangle -A OUTPUT -p tcp -m owner --gid-owner G -m conntrack --ctstate NEW
  *                       -j CONNMARK --set-mark BIT
  * A cut is four DROP rules in INPUT (as in net.c: on loopback every packet crosses INPUT
- * once, and a packet dropped there vanishes: no RST, no local error):
+ * once, and a packet dropped there vanishes: no RST, no local error; a rule takes at most 15
+ * ports, so a longer PORTS_X, -2r's side B, is given to as many rules as it needs):
  *   -p tcp -m connmark ! --mark 0/MASK_A -m multiport --dports PORTS_B -j DROP   (A -> B)
  *   -p tcp -m connmark ! --mark 0/MASK_A -m multiport --sports PORTS_B -j DROP   (replies)
  *   -p tcp -m connmark ! --mark 0/MASK_B -m multiport --dports PORTS_A -j DROP   (B -> A)
@@ -35,12 +45,14 @@
  * the cut (cmd:SLOT net:ID, as in net.c); the cut starts when it is inside its section and
  * lasts 8-10 s, longer than the failover (Sentinel: about 2-4 s; Cluster: node timeout plus
  * the election, about 3-5 s); then it heals. The driver watches for the promotion on side B
- * (cut -> a sentinel of side B names another master; Cluster: the shard's replica says
- * role:master) and, after the heal, for the old master's demotion (role:slave; a heal
- * without it within 30 s is a liveness failure). Records on the checker, for net_check:
- * "S:SLOT:T_CUT:T_HEAL" for the holder (or slot 0) and "s:SLOT:..." for the other workers
- * of side A, so detection, takeover, on_lost before the takeover and recovery are computed
- * as for a black hole, for every worker of the cut side.
+ * (cut -> a sentinel of side B names another master; Cluster: one of the shard's replicas
+ * says role:master) and, after the heal, for the old master's demotion (role:slave; a heal
+ * without it within 30 s is a liveness failure). A cut without a promotion is a liveness
+ * failure too, unless it was a split vote (two replicas: split_vote, counted apart). Records
+ * on the checker, for net_check: "S:SLOT:T_CUT:T_HEAL:PROMOTED" for the holder (or slot 0)
+ * and "s:SLOT:..." for the other workers of side A, so detection, takeover, on_lost before
+ * the takeover and recovery are computed as for a black hole, for every worker of the cut
+ * side, and the far side's first grant of n0 (net_figures.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +62,7 @@
 #include "driver.h"
 #include "sentinel.h"
 
-#define SPLIT_A 3            /* worker slots 0..SPLIT_A-1 are on the cut master's side */
+#define SPLIT_A NET_SPLIT_A  /* worker slots 0..SPLIT_A-1 are on the cut master's side */
 #define NET_SGID0 21000      /* server index J runs with group id NET_SGID0 + J */
 #define WBIT(i) (1u << (i))
 #define SBIT(j) (1u << (8 + (j)))
@@ -58,6 +70,37 @@
 #define CUT_MAX_MS 10000
 #define DEMOTE_BOUND_US 30000000
 #define POLL_US 150000       /* the driver's topology polls, at most this often */
+#define MULTIPORT_MAX 15     /* ports in one -m multiport match */
+#define MAX_CUT_RULES 8
+
+/* The deployments, by scenario_t.net: data nodes, and replicas per master */
+static const struct deployment {
+    int net;
+    int cluster;
+    int ndata;      /* Sentinel: the master and its replicas (then 3 sentinels) */
+    int replicas;   /* per master: what healthy() waits for before a cut */
+    int far_live;   /* the far side must get n0 during the split (split_far_live) */
+    int along;      /* Cluster: one of the master's replicas is cut along with it */
+} deployments[] = {
+    {NET_SPLIT_SENTINEL,  0, 3, 2, 1, 0},
+    {NET_SPLIT_CLUSTER,   1, 6, 1, 0, 0},
+    {NET_SPLIT_CLUSTER2,  1, 9, 2, 1, 0},
+    {NET_SPLIT_CLUSTER2A, 1, 9, 2, 0, 1},
+};
+
+static const struct deployment *deployment_of(const scenario_t *sc)
+{
+    for (size_t k = 0; k < sizeof deployments / sizeof deployments[0]; k++)
+        if (deployments[k].net == sc->net)
+            return &deployments[k];
+    return NULL;
+}
+
+int split_far_live(const scenario_t *sc)
+{
+    const struct deployment *d = deployment_of(sc);
+    return d && d->far_live && sc->min_replicas > 0;
+}
 
 /* the data nodes' arguments; without min_replicas (the opt-in -nowait scenarios: what
  * happens without the recommended configuration), only the first two */
@@ -67,17 +110,19 @@ static const char *data_args[] = {"--repl-diskless-sync-delay", "0",
 
 static struct {
     run_t *R;
+    const struct deployment *dep;
     int cluster;
     ts_server_t *srv[MAX_SPLIT_SRV];
-    int nsrv;           /* Sentinel: 0 master, 1-2 replicas, 3-5 sentinels; Cluster: 6 nodes */
-    int ndata;          /* data nodes: 3 or 6 */
+    int nsrv;           /* Sentinel: 0 master, 1-2 replicas, 3-5 sentinels; Cluster: 6 or 9 nodes */
+    int ndata;          /* data nodes: 3, 6 or 9 */
     int slot0;          /* Cluster: the hash slot of name n0 */
     int state;          /* 0 idle, 1 holder asked, 2 cut, 3 healed: awaiting the demotion */
     int m;              /* the master cut (index in srv) */
-    int heir;           /* Cluster: its replica (index), -1 unknown */
+    int heir[2];        /* Cluster: its replicas (indexes), -1 unknown */
+    long logoff[MAX_SPLIT_SRV]; /* Cluster: the size of each node's redis.log at the cut */
     int holder;         /* the slot asked to hold through the cut, -1 none */
     long id;
-    int rules[4];
+    int rules[MAX_CUT_RULES];
     int promoted;
     int64_t next_at, until, t_cut, t_heal, t_poll;
 } S;
@@ -160,29 +205,34 @@ static int find_master(void)
 
 static int healthy(int m)
 {
-    if (m < 0 || replicas_online(S.srv[m]) < (S.cluster ? 1 : 2))
+    if (m < 0 || replicas_online(S.srv[m]) < S.dep->replicas)
         return 0;
     return !S.cluster || cluster_ok_all();
 }
 
-/* Cluster: the replica of srv[m] (its INFO names m's port), or -1. */
-static int find_heir(int m)
+/* Cluster: the replicas of srv[m] (their INFO names m's port) into S.heir. */
+static void find_heirs(int m)
 {
     char want[32];
+    int n = 0;
     snprintf(want, sizeof want, "master_port:%d\r", S.srv[m]->port);
-    for (int j = 0; j < S.ndata; j++) {
+    S.heir[0] = S.heir[1] = -1;
+    for (int j = 0; j < S.ndata && n < 2; j++) {
         char buf[4096];
         if (j != m && repl_info(S.srv[j], buf, sizeof buf) && strstr(buf, want))
-            return j;
+            S.heir[n++] = j;
     }
-    return -1;
 }
 
 /* Has side B promoted another master? */
 static int promoted(void)
 {
-    if (S.cluster)
-        return S.heir >= 0 && ts_cluster_is_master(S.srv[S.heir]);
+    if (S.cluster) {
+        for (int k = 0; k < 2; k++)
+            if (S.heir[k] >= 0 && ts_cluster_is_master(S.srv[S.heir[k]]))
+                return 1;
+        return 0;
+    }
     for (int k = 0; k < 3; k++) {
         int port = ts_sentinel_master_port(S.srv[3 + k], FX_MASTER);
         if (port > 0 && port != S.srv[S.m]->port)
@@ -196,16 +246,19 @@ int split_start(run_t *R)
     const scenario_t *sc = R->sc;
     memset(&S, 0, sizeof S);
     S.R = R;
-    S.cluster = sc->net == NET_SPLIT_CLUSTER;
+    S.dep = deployment_of(sc);
+    if (!S.dep)
+        return -1;
+    S.cluster = S.dep->cluster;
     S.holder = -1;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < MAX_CUT_RULES; k++)
         S.rules[k] = -1;
     g_egid0 = getegid();
     data_args[2] = sc->min_replicas > 0 ? "--min-replicas-to-write" : NULL;
     if (S.cluster) {
-        for (int j = 0; j < 6; j++)
+        S.nsrv = S.ndata = S.dep->ndata;
+        for (int j = 0; j < S.ndata; j++)
             S.srv[j] = &R->cnodes[j];
-        S.nsrv = S.ndata = 6;
     } else {
         S.srv[0] = &R->data;
         S.srv[1] = &R->replica[0];
@@ -232,12 +285,14 @@ int split_start(run_t *R)
         for (int a = 0; data_args[a]; a++)
             args[k++] = data_args[a];
         args[k] = NULL;
-        const char *const *extra[6] = {args, args, args, args, args, args};
-        if (ts_cluster_start_each(R->cnodes, 6, 1, extra, as_gid, NULL) != 0)
+        const char *const *extra[MAX_SPLIT_SRV];
+        for (int j = 0; j < S.ndata; j++)
+            extra[j] = args;
+        if (ts_cluster_start_each(R->cnodes, S.ndata, S.dep->replicas, extra, as_gid, NULL) != 0)
             return -1;
         S.slot0 = (int)ts_cmd_int(S.srv[0], "CLUSTER KEYSLOT %s", "n0");
         n = snprintf(R->url, sizeof R->url, "redis-cluster://");
-        for (int j = 0; j < 6; j++) {
+        for (int j = 0; j < S.ndata; j++) {
             n += snprintf(R->url + n, sizeof R->url - (size_t)n, "%s127.0.0.1:%d", j ? "," : "",
                           S.srv[j]->port);
             np += snprintf(R->ports + np, sizeof R->ports - (size_t)np, "%s%d", j ? "," : "",
@@ -280,62 +335,144 @@ int split_start(run_t *R)
     return 0;
 }
 
-/* PORTS (comma-separated) of the servers of one side: in_a 1, srv[m] only; 0, the rest.
- * Cluster: with their bus ports. */
-static void side_ports(int in_a, char *buf, size_t len)
+/* Is server j on the cut master's side? (the master; -along: and its first replica) */
+static int on_a(int j)
 {
-    size_t n = 0;
-    buf[0] = '\0';
+    return j == S.m || (S.dep->along && j == S.heir[0]);
+}
+
+/* The ports of the servers of one side into v (in_a 1: side A's; 0: the rest), Cluster
+ * with their bus ports; their number. */
+static int side_ports(int in_a, int *v)
+{
+    int n = 0;
     for (int j = 0; j < S.nsrv; j++) {
-        if ((j == S.m) != in_a)
+        if (on_a(j) != in_a)
             continue;
-        n += (size_t)snprintf(buf + n, len - n, "%s%d", n ? "," : "", S.srv[j]->port);
+        v[n++] = S.srv[j]->port;
         if (S.cluster)
-            n += (size_t)snprintf(buf + n, len - n, ",%d", S.srv[j]->port + 10000);
+            v[n++] = S.srv[j]->port + 10000;
     }
+    return n;
+}
+
+/* DROP rules for connections opened by the processes of mask whose DIR port (--dports,
+ * --sports) is one of v[0..n-1], MULTIPORT_MAX ports a rule, into S.rules from *k. -1 if one
+ * could not be added. */
+static int drop_rules(unsigned mask, const char *dir, const int *v, int n, int *k)
+{
+    for (int i = 0; i < n; i += MULTIPORT_MAX) {
+        char ports[MULTIPORT_MAX * 7 + 1];
+        size_t len = 0;
+        for (int p = i; p < n && p < i + MULTIPORT_MAX; p++)
+            len += (size_t)snprintf(ports + len, sizeof ports - len, "%s%d", len ? "," : "", v[p]);
+        if (*k >= MAX_CUT_RULES)
+            return -1;
+        S.rules[*k] = net_rule_add("filter", "INPUT", "-p tcp -m connmark ! --mark 0/%u -m "
+                                   "multiport %s %s -j DROP", mask, dir, ports);
+        if (S.rules[(*k)++] < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static long log_size(int j)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/redis.log", S.srv[j]->dir);
+    FILE *f = fopen(path, "rb");
+    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Lines of srv[j]'s redis.log from offset off that contain what. */
+static int log_count(int j, long off, const char *what)
+{
+    char path[300], line[512];
+    int n = 0;
+    snprintf(path, sizeof path, "%s/redis.log", S.srv[j]->dir);
+    FILE *f = off >= 0 ? fopen(path, "rb") : NULL;
+    if (f && fseek(f, off, SEEK_SET) == 0)
+        while (fgets(line, sizeof line, f))
+            n += strstr(line, what) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Cluster, a cut without a promotion: was it a split vote? Each replica of the cut master
+ * was granted a vote during the cut by some master (the voters' logs say so) and neither
+ * won: two replicas with the same replication offset are both rank 0, so each starts its
+ * election 500-1000 ms after the FAIL at random; when the two requests cross, each voting
+ * master grants one of them (one vote per epoch and per failed master), neither gets the
+ * majority, and Redis tries again only 4 x cluster-node-timeout after the first attempt
+ * (auth_retry_time: 8 s here, past the heal). */
+static int split_vote(void)
+{
+    if (!S.cluster || S.heir[0] < 0 || S.heir[1] < 0)
+        return 0;
+    for (int k = 0; k < 2; k++) {
+        char id[48], what[96];
+        int h = S.heir[k], granted = 0;
+        if (!ts_cluster_myid(S.srv[h], id, sizeof id) ||
+            log_count(h, S.logoff[h], "Failover election won") > 0)
+            return 0;
+        snprintf(what, sizeof what, "Failover auth granted to %s", id);
+        for (int j = 0; j < S.ndata; j++)
+            if (j != h && j != S.m)
+                granted += log_count(j, S.logoff[j], what);
+        if (granted == 0)
+            return 0;
+    }
+    return 1;
 }
 
 static int cut(run_t *R)
 {
-    unsigned ma = SBIT(S.m), mb = 0;
+    unsigned ma = 0, mb = 0;
     for (int i = 0; i < R->sc->procs; i++)
         if (i < SPLIT_A)
             ma |= WBIT(i);
         else
             mb |= WBIT(i);
     for (int j = 0; j < S.nsrv; j++)
-        if (j != S.m)
+        if (on_a(j))
+            ma |= SBIT(j);
+        else
             mb |= SBIT(j);
-    char pa[64], pb[128];
-    side_ports(1, pa, sizeof pa);
-    side_ports(0, pb, sizeof pb);
+    int pa[2 * MAX_SPLIT_SRV], pb[2 * MAX_SPLIT_SRV];
+    int na = side_ports(1, pa), nb = side_ports(0, pb);
     const char *dir[2] = {"--dports", "--sports"};
-    for (int d = 0; d < 2; d++) {
-        S.rules[d] = net_rule_add("filter", "INPUT", "-p tcp -m connmark ! --mark 0/%u -m "
-                                  "multiport %s %s -j DROP", ma, dir[d], pb);
-        S.rules[2 + d] = net_rule_add("filter", "INPUT", "-p tcp -m connmark ! --mark 0/%u -m "
-                                      "multiport %s %s -j DROP", mb, dir[d], pa);
-    }
+    int k = 0, rc = 0;
+    for (int d = 0; d < 2 && rc == 0; d++)
+        rc = drop_rules(ma, dir[d], pb, nb, &k) || drop_rules(mb, dir[d], pa, na, &k) ? -1 : 0;
+    for (int j = 0; j < S.ndata && S.cluster; j++)
+        S.logoff[j] = log_size(j);
     S.t_cut = now_us();
     S.until = S.t_cut + rnd_range(&R->rng, CUT_MIN_MS, CUT_MAX_MS) * 1000;
     S.promoted = 0;
     S.t_poll = 0;
     S.state = 2;
-    for (int k = 0; k < 4; k++)
-        if (S.rules[k] < 0) {
-            R->res->setup_failed = 1;
-            return -1;
-        }
+    if (rc != 0) {
+        R->res->setup_failed = 1;
+        return -1;
+    }
     R->res->faults[F_NET_SPLIT]++;
-    snprintf(R->last_detail, sizeof R->last_detail, " master :%d + w0-w%d (%s) from the rest, "
-             "for %lld ms", S.srv[S.m]->port, SPLIT_A - 1,
+    snprintf(R->last_detail, sizeof R->last_detail, " master :%d%s + w0-w%d (%s) from the rest, "
+             "for %lld ms", S.srv[S.m]->port, S.dep->along ? " + a replica" : "", SPLIT_A - 1,
              S.holder >= 0 ? "one holding" : "no holder", (long long)(S.until - S.t_cut) / 1000);
     return F_NET_SPLIT;
 }
 
 static void heal(run_t *R)
 {
-    for (int k = 0; k < 4; k++) {
+    if (!S.promoted && promoted()) { /* (since the last poll) */
+        S.promoted = 1;
+        push_us(&R->res->promote, &R->res->npromote, now_us() - S.t_cut);
+    }
+    for (int k = 0; k < MAX_CUT_RULES; k++) {
         net_rule_del(S.rules[k]);
         S.rules[k] = -1;
     }
@@ -345,18 +482,27 @@ static void heal(run_t *R)
     int upper = S.holder >= 0 ? S.holder : 0;
     for (int i = 0; i < SPLIT_A && i < R->sc->procs; i++) {
         char rec[96];
-        snprintf(rec, sizeof rec, "%c:%d:%lld:%lld", i == upper ? 'S' : 's', i,
-                 (long long)S.t_cut, (long long)S.t_heal);
+        snprintf(rec, sizeof rec, "%c:%d:%lld:%lld:%d", i == upper ? 'S' : 's', i,
+                 (long long)S.t_cut, (long long)S.t_heal, S.promoted);
         freeReplyObject(ck_cmd(R->ck, "RPUSH net %s", rec));
     }
-    if (!S.promoted) {
+    int64_t now = now_us();
+    if (!S.promoted && split_vote()) {
+        R->res->split_votes++;
+        printf("    split: no promotion during a cut of %lld ms: a split vote (each replica of "
+               ":%d was granted a vote, neither won; Redis tries again 4 x cluster-node-timeout "
+               "after the first attempt)\n", (long long)(S.t_heal - S.t_cut) / 1000,
+               S.srv[S.m]->port);
+    } else if (!S.promoted) {
         R->res->split_nofailover++;
         viol(R->res, V_LIVE, "split: no master was promoted on the far side during a cut of "
              "%lld ms", (long long)(S.t_heal - S.t_cut) / 1000);
     }
     if (g_verbose)
         printf("    %12s  healed the split after %lld ms\n", "", (long long)(S.t_heal - S.t_cut) / 1000);
-    S.state = 3;
+    /* without a promotion the old master stays master: no demotion to wait for */
+    S.state = S.promoted ? 3 : 0;
+    S.next_at = now + 1000000;
     S.t_poll = 0;
 }
 
@@ -396,7 +542,9 @@ int split_tick(run_t *R)
         if (!healthy(m))
             return -1;
         S.m = m;
-        S.heir = S.cluster ? find_heir(m) : -1;
+        S.heir[0] = S.heir[1] = -1;
+        if (S.cluster)
+            find_heirs(m);
         S.holder = (int)rnd_range(&R->rng, 0, SPLIT_A - 1);
         S.id = 900000 + R->res->faults[F_NET_SPLIT];
         freeReplyObject(ck_cmd(R->ck, "SET cmd:%d net:%ld", S.holder, S.id));
@@ -475,10 +623,30 @@ int split_scan(run_t *R, long *keys, long *no_ttl)
     return 0;
 }
 
+/* RS_SPLIT_LOGS=DIR (a diagnostic knob): each data node's redis.log is copied to
+ * DIR/SCENARIO-PORT.log before the servers stop (elections, failure reports, demotions). */
+static void keep_logs(const run_t *R)
+{
+    const char *dir = getenv("RS_SPLIT_LOGS");
+    for (int j = 0; dir && dir[0] && j < S.ndata; j++) {
+        char from[300], to[512], buf[8192];
+        snprintf(from, sizeof from, "%s/redis.log", S.srv[j]->dir);
+        snprintf(to, sizeof to, "%s/%s-%d.log", dir, R->sc->name, S.srv[j]->port);
+        FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+        for (size_t n; out && (n = fread(buf, 1, sizeof buf, in)) > 0;)
+            fwrite(buf, 1, n, out);
+        if (out)
+            fclose(out);
+        if (in)
+            fclose(in);
+    }
+}
+
 void split_stop(run_t *R)
 {
+    keep_logs(R);
     if (S.cluster) {
-        ts_cluster_stop(R->cnodes, 6);
+        ts_cluster_stop(R->cnodes, S.ndata);
         return;
     }
     for (int i = 0; i < 3; i++)
@@ -514,6 +682,14 @@ void split_report(const scenario_t *sc, const result_t *r)
     fig2(p, sizeof p, r->promote, r->npromote);
     fig2(d, sizeof d, r->demote, r->ndemote);
     printf("%s: %ld split(s); new master promoted after the cut p50/max %s ms (cuts without "
-           "a promotion: %ld); old master a replica after the heal p50/max %s ms (never: %ld)\n",
-           sc->name, r->faults[F_NET_SPLIT], p, r->split_nofailover, d, r->split_nodemote);
+           "a promotion: %ld, and by a split vote: %ld); old master a replica after the heal "
+           "p50/max %s ms (never: %ld)\n", sc->name, r->faults[F_NET_SPLIT], p,
+           r->split_nofailover, r->split_votes, d, r->split_nodemote);
+    fig2(p, sizeof p, r->far_n0, r->nfar_n0);
+    printf("%s: n0 (the cut master's name) first granted on the far side (w%d-w%d) after the "
+           "cut p50/max %s ms: during the split after %ld of %ld cut(s), after the heal %ld, "
+           "never %ld%s\n", sc->name, NET_SPLIT_A, sc->procs - 1, p, r->far_n0_during,
+           r->faults[F_NET_SPLIT], (long)r->nfar_n0 - r->far_n0_during, r->far_n0_never,
+           split_far_live(sc) ? " (required during the split when a replica was promoted "
+                                "during it)" : "");
 }
