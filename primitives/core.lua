@@ -73,15 +73,10 @@ end
 -- acquisition id acq for lease ms: the hold fields of mutex.lua (docs/scripts.md), shared
 -- with multilock.lua, which grants several mutexes in one call. prev: the id of the last
 -- released acquisition (mutex_released), kept. The caller has read fkey and lock first
--- (type checks). 'd' is the lease's end as granted (server ms) and 'df' the token it belongs
--- to: a busy acquire answers with d - now as the holder's lease left instead of a PTTL while
--- df is the hold's 'f' and d is ahead (a renewal only moves the end later, so it is a lower
--- bound: the waiter's sleep bound, lib/wait.c); a hold granted by a script of before, which
--- writes neither, leaves df behind f and PTTL is asked.
+-- (type checks).
 local function mutex_grant(lock, fkey, tokhash, acq, lease, now_us, prev)
   local f = next_fence(fkey, now_us)
-  redis.call('HSET', lock, 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', '1', 'e', '',
-             'd', fmt(math.floor(now_us / 1000) + lease), 'df', f)
+  redis.call('HSET', lock, 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', '1', 'e', '')
   redis.call('PEXPIRE', lock, lease)
   return f
 end

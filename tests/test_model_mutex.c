@@ -89,14 +89,7 @@ static void step_acquire(model_t *m, int i)
     tm_owner_t *o = &m->w.o[i];
     const char *mode = tm_rnd(3) == 0 ? "t" : "q";
     tm_new_id(&m->w, i);
-    /* now and then the hold is one a script of before granted (it writes no lease end, 'd'
-     * and 'df'), after a hold of this version whose end is still far ahead: that 'd' is
-     * not this hold's ('df' is not its token), so the answer must come from PTTL */
-    int old_grant = m->holder >= 0 && tm_rnd(4) == 0;
-    if (old_grant)
-        freeReplyObject(tm_cmd(&m->w, "HSET %s d 99999999999999 df 1", m->w.key[0]));
-    snprintf(tm_what, sizeof tm_what, "acq %s by owner %d, id %s%s", mode, i, o->id,
-             old_grant ? " (a hold granted before 'd')" : "");
+    snprintf(tm_what, sizeof tm_what, "acq %s by owner %d, id %s", mode, i, o->id);
     redisReply *r = tm_call_owner(&m->w, "acq", i, o->id, mode);
     /* free with live waiters (the holder's lease ran out): the head is served first */
     if (m->holder < 0)

@@ -92,7 +92,7 @@ local h, first -- first: the queue's first id, if the fast release read it
 local th -- SHA1 of the owner token, once computed (0.45 us a time)
 if (op == 'acq' or op == 'rel') and not redlock then
   if op == 'acq' then
-    h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r', 'f', 'd', 'df')
+    h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r', 'f')
   else
     h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
   end
@@ -253,7 +253,7 @@ end
 
 -- the hold's fields; h[4], 'f', is the fencing token of the hold, or of the released hold
 -- while the tombstone lasts
-h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r', 'f', 'd', 'df')
+h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r', 'f')
 
 if op == 'acq' then
   if h[1] == tokhash then
@@ -314,11 +314,7 @@ if op == 'acq' then
     end
     seen = hand_to_head(now_ms, now_us, mutex_released(h), nil, head, info)
   end
-  -- the holder's lease left: the grant's end ('d', mutex_grant in core.lua) while it is
-  -- this hold's and ahead, else PTTL (a lock handed over just now, renewed, or granted by a
-  -- script of before)
-  local d = h[1] and h[6] == h[4] and tonumber(h[5])
-  local ttl = reserved or (d and d > now_ms and d - now_ms) or redis.call('PTTL', KEYS[1])
+  local ttl = reserved or redis.call('PTTL', KEYS[1])
   seen = seen or redis.call('GET', KEYS[2]) or '0'
   if string.sub(mode, 1, 1) ~= 'q' and string.sub(mode, 1, 1) ~= 'Q' then
     return {0, ttl, 0, seen}
