@@ -40,8 +40,9 @@
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
 --           {0, holder_ttlms, queued, fence_counter} busy (Redlock: a lock reserved for
---           another waiter is busy, holder_ttlms the ms the reservation has left); {-1} held by this owner under
---           another id;
+--           another waiter is busy, holder_ttlms the ms the reservation has left; without
+--           Redlock the counter of a held lock is read from the hold's 'f', which every grant
+--           writes with it); {-1} held by this owner under another id;
 --           error "RSQUEUE ..." when the queue is full
 --   renew   1 renewed, 0 not ours any more
 --   rel     1 released (or handed to the next waiter), 0 not ours (the hold was lost)
