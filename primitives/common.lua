@@ -34,7 +34,7 @@ end
 local function q_live_head(q, qi, now_ms, first, first_info)
   local head, known = first, first_info
   while true do
-    head = head or redis.call('ZRANGE', q, 0, 0)[1]
+    head = head or redis.call('ZRANGE', q, '0', '0')[1]
     if not head then return nil end
     local info = known or redis.call('HGET', qi, head)
     known = nil
@@ -52,8 +52,8 @@ end
 local function q_keep(q, qi, ms, created)
   if created or redis.call('PTTL', qi) < ms then
     local t = ms + math.floor(ms / 2)
-    redis.call('PEXPIRE', q, t)
-    redis.call('PEXPIRE', qi, t)
+    redis.call('PEXPIRE', q, fmt(t))
+    redis.call('PEXPIRE', qi, fmt(t))
   end
 end
 
@@ -69,7 +69,7 @@ end
 local function q_add(q, qi, id, info, maxw, qlease, now_ms, score)
   local n, created
   if not score then
-    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', q, '-1', '-1', 'WITHSCORES')
     local t = tonumber(last[2]) or 0
     score, created = t + 1, last[1] == nil
     n = t < maxw and t or redis.call('ZCARD', q)
@@ -88,7 +88,7 @@ local function q_add(q, qi, id, info, maxw, qlease, now_ms, score)
     end
   end
   redis.call('HSET', qi, id, info)
-  redis.call('ZADD', q, 'NX', score, id)
+  redis.call('ZADD', q, 'NX', fmt(score), id)
   q_keep(q, qi, 2 * qlease, created)
   return nil
 end

@@ -24,7 +24,9 @@ end
 -- scores, an 'x' field, a queue entry's lease): a longer TTL only keeps an idle primitive's
 -- keys a little longer. A hold whose lease is the key's own TTL sets it with PEXPIRE.
 local function extend_lazily(key, ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms + math.floor(ms / 2)) end
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, fmt(ms + math.floor(ms / 2)))
+  end
 end
 
 -- Next fencing token of counter key fkey: counter + 1, but never below the server clock in
@@ -76,7 +78,7 @@ end
 -- (type checks).
 local function mutex_grant(lock, fkey, tokhash, acq, lease, now_us, prev)
   local f = next_fence(fkey, now_us)
-  redis.call('HSET', lock, 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', 1, 'e', '')
+  redis.call('HSET', lock, 'o', tokhash, 'a', acq, 'f', f, 'r', prev or '', 'n', '1', 'e', '')
   redis.call('PEXPIRE', lock, lease)
   return f
 end

@@ -100,6 +100,18 @@ static void step_acquire(model_t *m, int i)
         m->holder = i;
     } else {
         tm_expect_busy_new(&m->w, i, r, mode, "held");
+        /* the counter a busy answer shows: a wake-up whose token is not above it is taken
+         * for stale (lib/wait.c), so it must not be below any token granted yet */
+        char seen[32];
+        unsigned long long v = strtoull(tm_el(r, 3, seen, sizeof seen), NULL, 10);
+        TM_FAIL_IF(v < tm_last_granted, "busy reply's counter %llu below the last grant's %llu",
+                   v, tm_last_granted);
+        /* the holder's lease left (the waiter's sleep bound): above 0 and not beyond the
+         * lock's own TTL, read just after (1 s for the time between the two) */
+        long long ttl = strtoll(tm_el(r, 1, seen, sizeof seen), NULL, 10);
+        long long pttl = tm_int(tm_cmd(&m->w, "PTTL %s", m->w.key[0]));
+        TM_FAIL_IF(ttl <= 0 || ttl > pttl + 1000, "busy reply's holder lease left %lld, PTTL %lld",
+                   ttl, pttl);
     }
     freeReplyObject(r);
 }

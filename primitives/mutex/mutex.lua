@@ -40,8 +40,9 @@
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
 --           {0, holder_ttlms, queued, fence_counter} busy (Redlock: a lock reserved for
---           another waiter is busy, holder_ttlms the ms the reservation has left); {-1} held by this owner under
---           another id;
+--           another waiter is busy, holder_ttlms the ms the reservation has left; without
+--           Redlock the counter of a held lock is read from the hold's 'f', which every grant
+--           writes with it); {-1} held by this owner under another id;
 --           error "RSQUEUE ..." when the queue is full
 --   renew   1 renewed, 0 not ours any more
 --   rel     1 released (or handed to the next waiter), 0 not ours (the hold was lost)
@@ -54,11 +55,13 @@
 --   force   operators: drops the current hold (its holder learns at its next renewal) and
 --           hands the mutex to the first live waiter; 1 if something was held, else 0
 --
--- Every key is read before the script first writes (a read of a key of another type fails
--- with WRONGTYPE, and a script that fails half-way keeps its earlier writes): acq and rel are
--- ordered so that their reads check the keys, which spares four TYPE calls on the hot path;
--- cancel checks explicitly. Releases free memory before they allocate (under noeviction a
--- script fails at its first allocating write). Time comes only from the server (TIME).
+-- Every key a call writes is read before the script first writes (a read of a key of another
+-- type fails with WRONGTYPE, and a script that fails half-way keeps its earlier writes): acq
+-- and rel are ordered so that their reads check the keys, which spares four TYPE calls on the
+-- hot path; cancel checks explicitly. A queued acq on a held lock does not touch the fencing
+-- counter (its reply's counter is the hold's 'f'). Releases free memory before they allocate
+-- (under noeviction a script fails at its first allocating write). Time comes only from the
+-- server (TIME).
 
 local op = ARGV[1]
 local mode = ARGV[6] or ''
@@ -70,28 +73,40 @@ local redlock = string.sub(mode, 2, 2) == 'r'
 -- Frees the lock (its checks done). The released hold's 'a', 'f' and 'r' stay as its
 -- tombstone: 'a' names the released id, so that a retry of the release is not taken for a
 -- loss, for the rest of the lease and at least 10 s. One write that frees memory and
--- allocates none (a release never fails under noeviction), instead of three.
-local function release_free()
-  redis.call('HDEL', KEYS[1], 'o', 'n', 'e', 'u')
-  if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], 10000) end
+-- allocates none (a release never fails under noeviction), instead of three. Made only for
+-- rel: every `local function` is a closure made anew on each call (about 800 instructions
+-- of the server's, docs/performance.md), so helpers a call does not need are not made.
+local release_free
+if op == 'rel' then
+  function release_free()
+    redis.call('HDEL', KEYS[1], 'o', 'n', 'e', 'u')
+    if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], '10000') end
+  end
 end
 
 -- The uncontended acquire and release, first and in as few calls as possible: the lock free
 -- and nobody queued, or ours and nobody to hand it to. They return before the helpers below
 -- are defined (docs/performance.md, "Uncontended cost per primitive"). Their reads check
--- every key they write; anything else falls through, with the hold's fields read (h).
+-- every key they write; anything else falls through, with the hold's fields read (h: o, a,
+-- r, and for acq f, the hold's fencing token, which a busy acq answers with).
 local h, first -- first: the queue's first id, if the fast release read it
+local th -- SHA1 of the owner token, once computed (about 6,000 server instructions a time)
 if (op == 'acq' or op == 'rel') and not redlock then
-  h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
+  if op == 'acq' then
+    h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r', 'f')
+  else
+    h = redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
+  end
   if op == 'acq' and not h[1] and redis.call('ZCARD', KEYS[3]) == 0 then
     local _, now_us = clock()
     local f = mutex_grant(KEYS[1], KEYS[2], redis.sha1hex(ARGV[2]), ARGV[3], ARGV[4], now_us,
                           mutex_released(h))
     return {1, f, tonumber(ARGV[4])}
   end
-  if op == 'rel' and h[2] == ARGV[3] and h[1] == redis.sha1hex(ARGV[2]) then
+  if op == 'rel' and h[2] == ARGV[3] then th = redis.sha1hex(ARGV[2]) end
+  if op == 'rel' and h[2] == ARGV[3] and h[1] == th then
     -- the queue's head, which a handover (below) starts from
-    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    first = redis.call('ZRANGE', KEYS[3], '0', '0')[1]
     if not first then
       release_free()
       return 1
@@ -99,51 +114,59 @@ if (op == 'acq' or op == 'rel') and not redlock then
   end
 end
 
+-- Redlock: raises the fencing counter to the holder's token ARGV[10], if given.
+local raise_fence
+if redlock then
+  function raise_fence()
+    local floor = tonumber(ARGV[10])
+    if not floor then return end
+    if (tonumber(redis.call('GET', KEYS[2])) or 0) < floor then
+      redis.call('SET', KEYS[2], fmt(floor), 'PX', FENCE_TTL)
+    end
+  end
+end
+
+-- The holder's renewal (the watchdog's, every lease/3 of every hold) needs none of the
+-- helpers below, so it comes before them.
+if op == 'renew' then
+  local h = redis.call('HMGET', KEYS[1], 'o', 'a')
+  if h[1] == redis.sha1hex(ARGV[2]) and h[2] == ARGV[3] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    if redlock then raise_fence() end
+    return 1
+  end
+  return 0
+end
+
 -- @common
 -- The helpers of primitives/common.lua (q_*, wake, acq_route) come here.
-local function check_types()
-  return wrong_type({'hash', 'string', 'zset', 'hash'}, 'mutex')
-end
 
--- The fencing token the lock's hash keeps ('f': the hold's, or the released hold's while
--- the tombstone lasts), read only where a reply needs it: the fast paths' HMGET leaves it out.
-local function hold_fence()
-  return redis.call('HGET', KEYS[1], 'f')
-end
-
--- grant() is the first writer of every path that reaches it, so next_fence's GET also
--- checks the counter's type before anything is written.
-local function grant(tokhash, acq, lease, now_us, prev)
-  return mutex_grant(KEYS[1], KEYS[2], tokhash, acq, lease, now_us, prev)
-end
-
-local function drop(acq)
-  q_drop(KEYS[3], KEYS[4], acq)
-end
-
-local function live_head(now_ms, first_id)
-  return q_live_head(KEYS[3], KEYS[4], now_ms, first_id)
-end
+-- mutex_grant() is the first writer of every path that reaches it, so next_fence's SET ...
+-- GET also checks the counter's type before anything is written. The helpers are called
+-- with the keys directly (a wrapper per helper would be one more closure per call).
 
 -- Hands the free lock to the first live waiter and wakes it with one message on its own
--- client's channel. Returns true if someone got it. now_ms may be nil (read TIME only when
--- someone waits: the common release has an empty queue). first_id: the queue's first id if
--- the caller read it (the fast release's ZRANGE), else nil.
-local function hand_to_head(now_ms, now_us, prev, first_id)
-  if not now_ms then
-    if not first_id then
-      first_id = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-      if not first_id then return false end
+-- client's channel. Returns the new holder's fencing token, or nil if nobody live waits.
+-- now_ms may be nil (read TIME only when someone waits: the common release has an empty
+-- queue). first_id: the queue's first id if the caller read it (the fast release's ZRANGE),
+-- else nil; head, info: the first live waiter and its entry, if the caller found them.
+local function hand_to_head(now_ms, now_us, prev, first_id, head, info)
+  if not head then
+    if not now_ms then
+      if not first_id then
+        first_id = redis.call('ZRANGE', KEYS[3], '0', '0')[1]
+        if not first_id then return nil end
+      end
+      now_ms, now_us = clock()
     end
-    now_ms, now_us = clock()
+    head, info = q_live_head(KEYS[3], KEYS[4], now_ms, first_id)
+    if not head then return nil end
   end
-  local head, info = live_head(now_ms, first_id)
-  if not head then return false end
-  local _, lease, tok = string.match(info, '^(%d+) (%d+) (%x+)$')
-  local f = grant(tok, head, lease, now_us, prev)
-  drop(head)
+  local lease, tok = string.match(info, '^%d+ (%d+) (%x+)$')
+  local f = mutex_grant(KEYS[1], KEYS[2], tok, head, lease, now_us, prev)
+  q_drop(KEYS[3], KEYS[4], head)
   wake(ARGV[5], KEYS[1], head, head .. ' ' .. f)
-  return true
+  return f
 end
 
 -- Redlock: wakes the first live waiter with "ACQID retry" (no handoff), and reserves the free
@@ -155,61 +178,71 @@ end
 -- must outlast one round trip (the wake-up out, the retry back): lease/20, 150 ms for a 3 s
 -- lease, lapsed under 150-250 ms round trips before the woken waiter's retry arrived, and
 -- whoever asked first took the lock (waiters starved for 15 s, net-rl-slowloss).
-local function wake_head(now_ms)
-  if not now_ms then
-    if redis.call('ZCARD', KEYS[3]) == 0 then return end
-    now_ms = clock()
-  end
-  local head, info = live_head(now_ms)
-  if not head then return end
-  local r = math.floor(tonumber(string.match(info, '^%d+ (%d+) ')) / 10)
-  if r < 20 then r = 20 elseif r > 500 then r = 500 end
-  redis.call('HSET', KEYS[1], 'w', head, 'x', fmt(now_ms + r))
-  if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], 10000) end
-  wake(ARGV[5], KEYS[1], head, acq_route(head) .. ' retry')
-end
-
--- Redlock: raises the fencing counter to the holder's token ARGV[10], if given.
-local function raise_fence()
-  local floor = tonumber(ARGV[10])
-  if not floor then return end
-  if (tonumber(redis.call('GET', KEYS[2])) or 0) < floor then
-    redis.call('SET', KEYS[2], fmt(floor), 'PX', FENCE_TTL)
+local wake_head
+if redlock then
+  function wake_head(now_ms)
+    if not now_ms then
+      if redis.call('ZCARD', KEYS[3]) == 0 then return end
+      now_ms = clock()
+    end
+    local head, info = q_live_head(KEYS[3], KEYS[4], now_ms)
+    if not head then return end
+    local r = math.floor(tonumber(string.match(info, '^%d+ (%d+) ')) / 10)
+    if r < 20 then r = 20 elseif r > 500 then r = 500 end
+    redis.call('HSET', KEYS[1], 'w', head, 'x', fmt(now_ms + r))
+    if redis.call('PTTL', KEYS[1]) < 10000 then redis.call('PEXPIRE', KEYS[1], '10000') end
+    wake(ARGV[5], KEYS[1], head, acq_route(head) .. ' retry')
   end
 end
 
-local function qinfo(tokhash, now_ms)
-  return fmt(now_ms + tonumber(ARGV[8])) .. ' ' .. ARGV[4] .. ' ' .. tokhash
+-- qinfo, enqueue: made only for the ops that queue (acq, qrenew)
+local qinfo, enqueue
+if op == 'acq' or op == 'qrenew' then
+  function qinfo(tokhash, now_ms)
+    return fmt(now_ms + tonumber(ARGV[8])) .. ' ' .. ARGV[4] .. ' ' .. tokhash
+  end
+
+  -- Under Redlock a waiter's place is its ticket ARGV[9], the same on every master, so that
+  -- the masters' queues agree on whom a release wakes (arrival order differs from master to
+  -- master, and a rotation of it made every release reserve each master for another waiter:
+  -- a split vote at every handoff)
+  function enqueue(tokhash, now_ms)
+    return q_add(KEYS[3], KEYS[4], ARGV[3], qinfo(tokhash, now_ms), tonumber(ARGV[7]),
+                 tonumber(ARGV[8]), now_ms, redlock and tonumber(ARGV[9]) or nil)
+  end
 end
 
--- Under Redlock a waiter's place is its ticket ARGV[9], the same on every master, so that
--- the masters' queues agree on whom a release wakes (arrival order differs from master to
--- master, and a rotation of it made every release reserve each master for another waiter:
--- a split vote at every handoff)
-local function enqueue(tokhash, now_ms)
-  return q_add(KEYS[3], KEYS[4], ARGV[3], qinfo(tokhash, now_ms), tonumber(ARGV[7]),
-               tonumber(ARGV[8]), now_ms, redlock and tonumber(ARGV[9]) or nil)
-end
-
-local tokhash = redis.sha1hex(ARGV[2])
+local tokhash = th or redis.sha1hex(ARGV[2])
 
 -- Redlock: the attempt's number (ARGV[11]), or nil
 local attempt = redlock and ARGV[11] ~= '' and ARGV[11] or nil
-local function stamp()
-  if attempt then redis.call('HSET', KEYS[1], 'u', attempt) end
+local stamp -- writes the attempt's number into the hold; made only when there is one
+if attempt then
+  function stamp()
+    redis.call('HSET', KEYS[1], 'u', attempt)
+  end
 end
 
-if op == 'renew' then
-  local h = redis.call('HMGET', KEYS[1], 'o', 'a')
-  if h[1] == tokhash and h[2] == ARGV[3] then
-    redis.call('PEXPIRE', KEYS[1], ARGV[4])
-    if redlock then raise_fence() end
+
+if op == 'qrenew' and not redlock then
+  -- the entry's lease first (the common answer in three calls): HSET replies 0 when it
+  -- replaced the entry; 1 when it made a new one, the entry being gone (taken back at once:
+  -- the lock then says whether it was handed to this id). A qi of another type fails HSET
+  -- before it writes; the lock is only read.
+  local now_ms = clock()
+  if redis.call('HSET', KEYS[4], ARGV[3], qinfo(tokhash, now_ms)) == 0 then
+    q_keep(KEYS[3], KEYS[4], 2 * tonumber(ARGV[8]))
     return 1
   end
+  redis.call('HDEL', KEYS[4], ARGV[3])
+  local h = redis.call('HMGET', KEYS[1], 'o', 'a')
+  if h[1] == tokhash and h[2] == ARGV[3] then return 2 end
   return 0
 end
 
 if op == 'qrenew' then
+  -- Redlock: a granted waiter keeps its queue entry until its release (acq below), so the
+  -- lock is asked first
   local h = redis.call('HMGET', KEYS[1], 'o', 'a')
   if h[1] == tokhash and h[2] == ARGV[3] then return 2 end
   local info = redis.call('HGET', KEYS[4], ARGV[3])
@@ -220,7 +253,9 @@ if op == 'qrenew' then
   return 1
 end
 
-h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r')
+-- the hold's fields; h[4], 'f', is the fencing token of the hold, or of the released hold
+-- while the tombstone lasts
+h = h or redis.call('HMGET', KEYS[1], 'o', 'a', 'r', 'f')
 
 if op == 'acq' then
   if h[1] == tokhash then
@@ -229,18 +264,19 @@ if op == 'acq' then
         -- an earlier attempt's grant whose reply was lost or late: this attempt's now, with
         -- a whole lease (left as it was, its few ms left would expire before the renewal
         -- crosses a slow link, and the quorum with it)
-        stamp()
+        if stamp then stamp() end
         redis.call('PEXPIRE', KEYS[1], ARGV[4])
-        return {1, hold_fence(), tonumber(ARGV[4])}
+        return {1, h[4], tonumber(ARGV[4])}
       end
-      return {1, hold_fence(), redis.call('PTTL', KEYS[1])}
+      return {1, h[4], redis.call('PTTL', KEYS[1])}
     end
     local m1 = string.sub(mode, 1, 1)
     if m1 ~= 'Q' and m1 ~= 'T' then return {-1} end
     -- the orphan becomes this acquisition's hold, with a fresh token and lease
     local _, now_us = clock()
-    local f = grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h))
-    stamp()
+    local f = mutex_grant(KEYS[1], KEYS[2], tokhash, ARGV[3], ARGV[4], now_us,
+                          mutex_released(h))
+    if stamp then stamp() end
     return {1, f, tonumber(ARGV[4])}
   end
   local now_ms, now_us = clock()
@@ -248,7 +284,7 @@ if op == 'acq' then
   if not h[1] and redlock then
     -- free: whoever asks takes it, unless it is reserved for the waiter the last release
     -- woke (the queues of several masters need not agree on an order); the reservation, the
-    -- queue and its info are read before grant() writes
+    -- queue and its info are read before mutex_grant() writes
     local w = redis.call('HMGET', KEYS[1], 'w', 'x')
     local wx = tonumber(w[2])
     if w[1] and w[1] ~= ARGV[3] and wx and wx > now_ms then
@@ -258,24 +294,30 @@ if op == 'acq' then
       -- grant that no quorum confirms is undone, and the waiter keeps its place here
       redis.call('ZCARD', KEYS[3])
       redis.call('HLEN', KEYS[4])
-      local f = grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h))
-      stamp()
+      local f = mutex_grant(KEYS[1], KEYS[2], tokhash, ARGV[3], ARGV[4], now_us,
+                            mutex_released(h))
+      if stamp then stamp() end
       if w[1] then redis.call('HDEL', KEYS[1], 'w', 'x') end
       return {1, f, tonumber(ARGV[4])}
     end
   end
+  -- the fencing counter, which stale wake-ups do not pass (lib/wait.c): without Redlock, a
+  -- held lock's token is the counter (every grant stores the token it draws in both, and
+  -- nothing else moves the counter), so the HMGET's 'f' spares a GET
+  local seen = not redlock and h[1] and h[4] or nil
   if not h[1] and not reserved then
     -- free: FIFO, so only the first live waiter (or anyone, if none waits) may take it
-    local head = live_head(now_ms)
+    local head, info = q_live_head(KEYS[3], KEYS[4], now_ms)
     if not head or head == ARGV[3] then
-      local f = grant(tokhash, ARGV[3], ARGV[4], now_us, mutex_released(h))
-      if head then drop(head) end
+      local f = mutex_grant(KEYS[1], KEYS[2], tokhash, ARGV[3], ARGV[4], now_us,
+                            mutex_released(h))
+      if head then q_drop(KEYS[3], KEYS[4], head) end
       return {1, f, tonumber(ARGV[4])}
     end
-    hand_to_head(now_ms, now_us, mutex_released(h))
+    seen = hand_to_head(now_ms, now_us, mutex_released(h), nil, head, info)
   end
   local ttl = reserved or redis.call('PTTL', KEYS[1])
-  local seen = redis.call('GET', KEYS[2]) or '0' -- stale wake-ups carry no more (lib/wait.c)
+  seen = seen or redis.call('GET', KEYS[2]) or '0'
   if string.sub(mode, 1, 1) ~= 'q' and string.sub(mode, 1, 1) ~= 'Q' then
     return {0, ttl, 0, seen}
   end
@@ -289,7 +331,7 @@ if op == 'rel' then
     -- the acquisition's queue entry, here whether this master granted it or not (it was
     -- busy here while a quorum granted it elsewhere): left there, it would absorb the
     -- wake-ups of the real waiters behind it until its lease ran out
-    drop(ARGV[3])
+    q_drop(KEYS[3], KEYS[4], ARGV[3])
   end
   if h[1] == tokhash and h[2] == ARGV[3] and redlock then
     if string.sub(mode, 1, 1) == 'u' and attempt and
@@ -315,7 +357,7 @@ end
 
 if op == 'info' then
   local exists = redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) > 0 and 1 or 0
-  local fence = hold_fence() or redis.call('GET', KEYS[2]) or '0'
+  local fence = h[4] or redis.call('GET', KEYS[2]) or '0'
   local waiters = redis.call('ZCARD', KEYS[3])
   if not h[1] then return {exists, 0, -1, fence, waiters, 0, -1, -1, -1} end
   local n = tonumber(redis.call('HGET', KEYS[1], 'n')) or 1
@@ -340,12 +382,12 @@ if op == 'enter' or op == 'leave' then
 end
 
 if op == 'cancel' then
-  local err = check_types()
+  local err = wrong_type({'hash', 'string', 'zset', 'hash'}, 'mutex')
   if err then return err end
   if h[1] == tokhash and h[2] == ARGV[3] then
-    return {1, hold_fence(), redis.call('PTTL', KEYS[1])}
+    return {1, h[4], redis.call('PTTL', KEYS[1])}
   end
-  drop(ARGV[3])
+  q_drop(KEYS[3], KEYS[4], ARGV[3])
   if not h[1] then
     local now_ms, now_us = clock()
     if not redlock then

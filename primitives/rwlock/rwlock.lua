@@ -109,7 +109,7 @@ local function grant_writer(tok, acq, lease, now_ms, now_us)
   granted = true
   local f = next_fence(KEYS[2], now_us) -- 'g' goes with the hold's fields, in one call
   local x = fmt(now_ms + tonumber(lease))
-  redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', x, 'n', 1, 'e', '-', 'g', f)
+  redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', x, 'n', '1', 'e', '-', 'g', f)
   wf = nil -- read again if needed (the fast paths return at once: no table to build)
   extend_lazily(KEYS[1], tonumber(lease))
   return f
@@ -125,7 +125,7 @@ local function grant_reader(tok, acq, lease, now_ms, now_us)
   -- creates it when absent ('g'); otherwise, as in extend_lazily, it is only read
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl == -2 then redis.call('HSET', KEYS[1], 'g', f) end
-  if ttl < lease then redis.call('PEXPIRE', KEYS[1], lease + math.floor(lease / 2)) end
+  if ttl < lease then redis.call('PEXPIRE', KEYS[1], fmt(lease + math.floor(lease / 2))) end
   extend_lazily(KEYS[5], lease)
   extend_lazily(KEYS[6], lease)
   return f
@@ -194,7 +194,7 @@ if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
       wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x')
       local w = wf
       if w[1] == tokhash and w[2] == ARGV[3] and (tonumber(w[4]) or 0) > now_ms then
-        qfirst = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or false
+        qfirst = redis.call('ZRANGE', KEYS[3], '0', '0')[1] or false
         if not qfirst then
           release_writer()
           return 1
@@ -472,7 +472,7 @@ local seen
 if hot then
   writer()
   typed[1], typed[5] = true, true
-  if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[3], 0, 0)[1] or false end
+  if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[3], '0', '0')[1] or false end
   typed[3] = true
   if qfirst then
     qinfo = redis.call('HGET', KEYS[4], qfirst)

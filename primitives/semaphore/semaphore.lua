@@ -145,7 +145,7 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
   fast_size = redis.call('HGET', KEYS[1], 's')
   local size = tonumber(fast_size)
   if size and n and n >= 1 and n <= size then
-    qfirst = redis.call('ZRANGE', KEYS[5], 0, 0)[1] or false
+    qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
   end
   if qfirst == false then
     fast_ms, fast_us = clock()
@@ -190,7 +190,7 @@ elseif op == 'rel' then
     local now_ms = fast_ms
     fast_exp = redis.call('ZSCORE', KEYS[2], ARGV[3])
     if (tonumber(fast_exp) or 0) > now_ms then
-      qfirst = redis.call('ZRANGE', KEYS[5], 0, 0)[1] or false
+      qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
       if not qfirst then
         release(ARGV[3], t, now_ms)
         return 1
@@ -331,7 +331,7 @@ end
 local function read_size_and_head()
   if fast_size == nil then fast_size = redis.call('HGET', KEYS[1], 's') end
   typed[1] = true
-  if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[5], 0, 0)[1] or false end
+  if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false end
   typed[5] = true
   if qfirst then
     qinfo = redis.call('HGET', KEYS[6], qfirst)

@@ -66,6 +66,8 @@ struct tm_world {
 static unsigned tm_seed;
 static int tm_step;
 static unsigned long long tm_rng, tm_last_fence;
+/* the highest token a grant of the run has handed out (tm_last_fence also follows faults) */
+static unsigned long long tm_last_granted;
 static char tm_what[192]; /* the call being made, for failure messages */
 static int tm_trace;      /* RS_MODEL_TRACE=1: every call on stderr */
 
@@ -124,6 +126,7 @@ static inline void tm_saw_fence(const char *f)
     TM_FAIL_IF(v <= tm_last_fence, "fencing token %llu not above the previous %llu", v,
                tm_last_fence);
     tm_last_fence = v;
+    tm_last_granted = v;
 }
 
 /* Owner i starts (again, as a new process): a new token, holding and wanting nothing. */
@@ -506,6 +509,7 @@ static inline void tm_begin(unsigned seed)
     tm_seed = seed;
     tm_rng = 0x9e3779b97f4a7c15ULL ^ seed;
     tm_last_fence = 0;
+    tm_last_granted = 0;
     tm_step = 0;
     tm_trace = getenv("RS_MODEL_TRACE") && atoi(getenv("RS_MODEL_TRACE")) > 0;
 }
