@@ -8,7 +8,8 @@
  *             release starts the name's next
  *             acquisition), PAIRS pairs: the I/O thread pipelines them
  *   target    async pairs/s at least 3 times blocking pairs/s (PASS/MISS)
- *   handoff   contended handoff, HANDOFFS rounds each, medians: a thread releases a mutex
+ *   handoff   contended handoff, HANDOFFS rounds each (the two kinds take turns), medians:
+ *             a thread releases a mutex
  *             (rs_mutex_unlock) that another thread waits for in rs_mutex_lock, until that
  *             thread returns; against: a hold object released (rs_hold_release) while an
  *             rs_mutex_acquire_async waits for it, until its done runs from
@@ -218,6 +219,12 @@ static void handoff(const ts_server_t *s, rs_client_t *c, double *blocking, doub
     hshared_t sh = {.m = wm};
     pthread_t th;
     pthread_create(&th, NULL, handoff_waiter, &sh);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, rs_client_fd(c), &ev);
+    /* the two kinds take turns, round by round, so that both see the same load (this VM's
+     * scheduling delays drift over seconds: two blocks of rounds measured one after the
+     * other gave ratios from 0.75 to 2.5 in one hour) */
     for (int r = 1; r <= HANDOFFS; r++) {
         rs_mutex_lock(hm);
         atomic_store(&sh.go, r);
@@ -228,13 +235,7 @@ static void handoff(const ts_server_t *s, rs_client_t *c, double *blocking, doub
         while (atomic_load(&sh.back) < r)
             usleep(100);
         b[r - 1] = atomic_load(&sh.t1) - t0;
-    }
-    pthread_join(th, NULL);
 
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev = {.events = EPOLLIN};
-    epoll_ctl(ep, EPOLL_CTL_ADD, rs_client_fd(c), &ev);
-    for (int r = 0; r < HANDOFFS; r++) {
         rs_hold_t *h;
         rs_mutex_acquire(hm, NULL, &h);
         rs_request_t *req;
@@ -242,15 +243,16 @@ static void handoff(const ts_server_t *s, rs_client_t *c, double *blocking, doub
         while (queued(rc, "rs:{bench-handoff}:mutex:q") < 1)
             usleep(200);
         int want = h_ran + 1;
-        long long t0 = now_ns();
+        t0 = now_ns();
         rs_hold_release(h);
         while (h_ran < want) {
             struct epoll_event got;
             if (epoll_wait(ep, &got, 1, 1000) > 0)
                 rs_client_dispatch(c);
         }
-        a[r] = t_done - t0;
+        a[r - 1] = t_done - t0;
     }
+    pthread_join(th, NULL);
     close(ep);
     qsort(b, HANDOFFS, sizeof *b, cmp_ll);
     qsort(a, HANDOFFS, sizeof *a, cmp_ll);
