@@ -22,8 +22,9 @@
 --         "r" (every op, Redlock: lib/redlock.c) says this master is one of several: a
 --         release never hands the lock over (each master could hand it to a different
 --         waiter) but publishes "ACQID retry" to the first live waiter and reserves the free
---         lock for it for a short while (wake_head); otherwise a free lock goes to whoever
---         asks. "ur" (rel): the undo of a grant that got no quorum, which wakes nobody
+--         lock for it for a short while (wake_head); past that, a free lock goes to the
+--         first live waiter by ticket (to anyone if none waits). "ur" (rel): the undo of a
+--         grant that got no quorum, which wakes nobody
 -- ARGV[7] (acq) max waiters
 -- ARGV[8] (acq, qrenew) queue entry lease ms
 -- ARGV[9] (enter, leave) id of this call (a retry of it is recognised); (acq, Redlock) the
@@ -39,10 +40,11 @@
 --
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
---           {0, holder_ttlms, queued, fence_counter} busy (Redlock: a lock reserved for
---           another waiter is busy, holder_ttlms the ms the reservation has left; without
---           Redlock the counter of a held lock is read from the hold's 'f', which every grant
---           writes with it); {-1} held by this owner under another id;
+--           {0, holder_ttlms, queued, fence_counter} busy (Redlock: a free lock reserved for
+--           or kept for another waiter is busy, holder_ttlms the ms the reservation or that
+--           waiter's queue entry has left; without Redlock the counter of a held lock is read
+--           from the hold's 'f', which every grant writes with it); {-1} held by this owner
+--           under another id;
 --           error "RSQUEUE ..." when the queue is full
 --   renew   1 renewed, 0 not ours any more
 --   rel     1 released (or handed to the next waiter), 0 not ours (the hold was lost)
@@ -173,11 +175,10 @@ end
 -- lock for it for a short while (fields 'w' = its id, 'x' = server ms the reservation ends):
 -- until then a free lock is busy for anyone else, so a releaser that relocks at once does not
 -- take it back before the woken waiter's retry arrives (barging starved waiters). The
--- reservation is lease/10 of the waiter's queue lease, 20 to 500 ms: a waiter that died or
--- whose message was lost costs this master that long, and the others are not held up. It
--- must outlast one round trip (the wake-up out, the retry back): lease/20, 150 ms for a 3 s
--- lease, lapsed under 150-250 ms round trips before the woken waiter's retry arrived, and
--- whoever asked first took the lock (waiters starved for 15 s, net-rl-slowloss).
+-- reservation is lease/10 of the waiter's queue lease, 20 to 500 ms. Past it the free lock
+-- still goes only to the first live waiter (acq), which is the woken one unless its entry
+-- lapsed or it left: a waiter that died costs this master until its entry's lease runs out,
+-- as on one server.
 local wake_head
 if redlock then
   function wake_head(now_ms)
