@@ -4,8 +4,9 @@
  * (docs/deployments.md says why the others are not); their scripts get a mode flag ("qr"/"tr"
  * in ARGV[6]) under which a master never hands a released lock to a waiter: it publishes
  * "ACQID retry" to its first live waiter instead and reserves the free lock for it briefly;
- * otherwise a free lock goes to whoever asks. Waiters are queued by their ticket (ARGV[9]),
- * the same on every master (docs/deployments.md, "Waiting under Redlock").
+ * past the reservation a free lock still goes only to the first live waiter (or to anyone if
+ * none waits). Waiters are queued by their ticket (ARGV[9]), the same on every master, so
+ * the masters grant the same waiter (docs/deployments.md, "Waiting under Redlock").
  *
  * Every call goes to all masters AT ONCE (lib/rlround.c): the command is written on every
  * master's connection first, then the replies are read from all sockets together with
@@ -72,6 +73,21 @@ static long backoff_ms(long lease_ms)
     if (hi < 5)
         return hi > 0 ? hi : 1;
     return 5 + (long)(s % (uint64_t)(hi - 4));
+}
+
+/* One line at RS_LOG_DEBUG per acquiring round: what each master answered (G granted, b
+ * busy, - no answer or an error, m this owner's) and what the round decided, e.g.
+ *   redlock mutex "n1" acq #4: Gb- (busy 2727 ms, valid -), split vote: back-off 23 ms
+ * The lines of a run show split votes and lapsed wake-ups (docs/reliability.md, "Redlock
+ * under delay and loss"). */
+static void log_round(rs_call_t *k, const char *op, const char *per, long busy_ttl,
+                      long validity, const char *what, long ms)
+{
+    rs_client_t *c = k->h->c;
+    if (c->log)
+        rs__log(c, RS_LOG_DEBUG, "redlock %s \"%.*s\" %s #%u: %s (busy %ld ms, valid %ld ms), %s%s%ld%s",
+                k->h->kind, RS_HNAME(k->h), op, k->rl_attempt, per, busy_ttl, validity, what,
+                ms >= 0 ? " " : "", ms, ms >= 0 ? " ms" : "");
 }
 
 struct dial_wd {
@@ -221,7 +237,7 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         rs__rl_round(c, k->h->script, k->h->nkeys, &v, rs__rl_all_mask(c),
                  budget < left ? budget : (left > 0 ? left : 1), rep);
         int answered = 0, granted = 0, busy = 0, mine = 0, err = 0;
-        unsigned undo = 0, gmask = 0;
+        unsigned undo = 0, gmask = 0, mmask = 0;
         long min_ttl = -1, busy_ttl = -1;
         uint64_t fence = 0;
         for (int i = 0; i < n; i++) {
@@ -237,6 +253,7 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
             freeReplyObject(r);
             if (rc == EDEADLK) {
                 answered++, mine++;
+                mmask |= 1u << i;
             } else if (rc) {
                 if (!err)
                     err = rc;
@@ -260,7 +277,15 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         }
         long elapsed = (long)((rs__now_ns() - out->sent_ns) / RS_NS_PER_MS);
         long validity = min_ttl - elapsed - (long)(rs__drift_ns(lease) / RS_NS_PER_MS);
+        char per[RS_SEEDS_MAX + 1];
+        for (int i = 0; i < n; i++)
+            per[i] = (gmask >> i) & 1   ? 'G'
+                     : (mmask >> i) & 1 ? 'm'
+                     : (undo >> i) & 1  ? '-'
+                                        : 'b';
+        per[n] = '\0';
         if (granted >= q && validity > 0) {
+            log_round(k, op, per, busy_ttl, validity, "granted", -1);
             out->granted = 1;
             out->fence = fence;
             out->ttl_ms = min_ttl;
@@ -280,6 +305,8 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
                             RS_HNAME(k->h));
         if (err && answered < q)
             return err;
+        if (answered < q)
+            log_round(k, op, per, busy_ttl, validity, "no quorum answered", -1);
         if (answered < q) {
             if (!retry || rs__rl_ms_left(end) <= 0)
                 return rs__fail(c, RS_ECONN, "only %d of %d redlock masters answered within %ld "
@@ -312,8 +339,11 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
             k->rl_seen = out->seen_fence;
             k->rl_recheck_ms = iv;
             out->retry_ms = busy_ttl < iv ? busy_ttl : iv;
+            log_round(k, op, per, busy_ttl, validity, "busy: wait for a wake-up, at most",
+                      out->retry_ms);
         } else {
             long nap = backoff_ms(lease);
+            log_round(k, op, per, busy_ttl, validity, "split vote: back-off", nap);
             rs__sleep_ns((uint64_t)nap * RS_NS_PER_MS);
             out->retry_ms = 1;
         }

@@ -11,8 +11,9 @@
 #                         loss on every data link (net-slow-lossy: 0 false loss reports
 #                         required); the data port dropped for everyone for 1-3 s every 4-6 s
 #                         (net-flap); on three Redlock masters, one worker cut from one master
-#                         for 1.5-2.5 leases (net-rl-part; net-rl-slowloss, delay + loss on
-#                         every master, runs only with --only: false loss reports remain);
+#                         for 1.5-2.5 leases (net-rl-part); the delay and loss of
+#                         net-slow-lossy on every master (net-rl-slowloss: 0 false loss
+#                         reports and no starved waiter required);
 #                         split brain (net_split.c): a Sentinel master (2 replicas, 3
 #                         sentinels) or a Cluster shard's master (3 masters + 3 replicas, or
 #                         + 6: two per shard) with workers w0-w2 cut from everything else for
@@ -24,11 +25,13 @@
 #                         and net-cluster-split-2r-along, a replica cut along with the master).
 #                         Invariants I1-I7 as in test-faults, plus the network figures (loss
 #                         detection, takeover, on_lost before the takeover, recovery; splits:
-#                         promotion and demotion times). About 7 minutes on 2 cores (429 s
-#                         for the ten default scenarios, 2026-11-26). Needs root (ip netns,
+#                         promotion and demotion times). About 8 minutes on 2 cores (429 s
+#                         for the ten default scenarios before net-rl-slowloss joined them,
+#                         about 50 s more with it, 2026-11-26). Needs root (ip netns,
 #                         iptables); docs/reliability.md, "Network faults: make test-network".
-#   make test-network-ci  the same at --scale 40 (the CI form, about 4 minutes: 242 s; the three
-#                         split scenarios about 80 s of it, one split each: -2r 26 s)
+#   make test-network-ci  the same at --scale 40 (the CI form, about 5 minutes: 242 s before
+#                         net-rl-slowloss, which adds 35-46 s; the three split scenarios
+#                         about 80 s of it, one split each: -2r 26 s)
 #
 # Knobs: NETWORK_ARGS (passed to the driver, e.g. NETWORK_ARGS='--only net-oneway --verbose';
 # --list names the scenarios), FAULTS_SEED and FAULTS_LIBLOG as for test-faults;

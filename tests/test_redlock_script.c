@@ -11,11 +11,19 @@
  *                               reservation cleared, its queue entry kept until its release
  *   undo_wakes_nobody           "ur" (a grant that got no quorum) frees the lock, reserves
  *                               nothing, publishes nothing and keeps the undoer's place
+ *                               (first by ticket, so the lock it freed is still its own)
  *   release_drops_entry         a release where this master did not grant (busy here, a
  *                               quorum elsewhere) takes the acquisition's entry out of the
  *                               queue, so it cannot swallow the next wake-up
  *   cancel_passes_reservation   the reserved waiter leaving passes the reservation on
- *   lapsed_reservation          a reservation past its time lets anyone in
+ *   lapsed_reservation          a reservation past its time lets the first live waiter
+ *                               in, not anyone
+ *   free_lock_in_ticket_order   a free, unreserved lock goes to the first live waiter by
+ *                               ticket, queued or trying (busy for the others, for the time
+ *                               that waiter's entry has left), to the next once that entry
+ *                               has lapsed, and to anyone when nobody waits: the waiters
+ *                               whose checks fall on a free lock no longer race for it and
+ *                               split the vote (net-rl-slowloss: lock calls waiting 15 s)
  */
 #include <criterion/criterion.h>
 
@@ -202,7 +210,9 @@ Test(redlock_script, undo_wakes_nobody)
     cr_expect_str_eq(message(&w, 200, b3, sizeof b3), "", "an undo woke someone");
     cr_expect_str_eq(queue(&w, b1, sizeof b1), "pa:1.secret pb:1.secret",
                      "the undo lost its place");
-    expect_grant(&w, "pb", "1", "tr", "20"); /* free, unreserved: anyone */
+    /* free, unreserved: the first by ticket, which is still pa */
+    expect_busy(&w, "pb", "1", "tr", "20");
+    expect_grant(&w, "pa", "1", "qr", "10");
     stop(&w);
 }
 
@@ -252,6 +262,49 @@ Test(redlock_script, lapsed_reservation)
     cr_expect_str_eq(message(&w, 1000, b3, sizeof b3), "pa:1 retry");
     expect_busy(&w, "pc", "1", "tr", "30");
     freeReplyObject(redisCommand(w.k, "HSET %s x 1", w.key[0])); /* its time has passed */
+    /* pa is still the first live waiter: the lock waits for its retry */
+    long long ttl = expect_busy(&w, "pc", "1", "tr", "30");
+    cr_expect(ttl > 500 && ttl <= 60000, "busy for %lld ms, not pa's entry's time left", ttl);
+    expect_grant(&w, "pa", "1", "qr", "10");
+    stop(&w);
+}
+
+/* The rule the masters grant a free lock by under Redlock. Before it, a free lock that no
+ * reservation covered went to whoever asked first: the waiters whose checks fell on it
+ * raced, won a master each at a round trip's distance, undid and tried again (make
+ * test-network --only net-rl-slowloss: split votes in a row, a lock call waiting 15 s). Now
+ * every master grants it to the same waiter, the first live one by ticket. */
+Test(redlock_script, free_lock_in_ticket_order)
+{
+    world_t w;
+    start(&w);
+    char b1[256], b2[64], b3[64];
+    expect_grant(&w, "px", "1", "qr", "1");
+    expect_busy(&w, "pb", "1", "qr", "20");
+    expect_busy(&w, "pa", "1", "qr", "10"); /* arrives later, began earlier */
+    /* px's grant got no quorum elsewhere: the undo frees the lock, reserves nothing */
+    cr_expect_eq(rel(&w, "px", "1", "ur"), 1);
+    cr_expect_str_eq(reserved_for(&w, b2, sizeof b2), "");
+    cr_expect_str_eq(message(&w, 200, b3, sizeof b3), "", "an undo woke someone");
+    /* pb's check falls on the free lock first, and a newcomer's try, and px again */
+    long long ttl = expect_busy(&w, "pb", "1", "qr", "20");
+    cr_expect(ttl > 500 && ttl <= 60000, "busy for %lld ms, not pa's entry's time left", ttl);
+    expect_busy(&w, "pc", "1", "tr", "30");
+    expect_busy(&w, "px", "2", "qr", "40");
+    cr_expect_str_eq(queue(&w, b1, sizeof b1), "pa:1.secret pb:1.secret px:2.secret");
+    expect_grant(&w, "pa", "1", "qr", "10");
+    cr_expect_eq(rel(&w, "pa", "1", "tr"), 1);
+    cr_expect_str_eq(message(&w, 1000, b3, sizeof b3), "pb:1 retry");
+    /* pb died: its reservation and then its entry lapse; the next live waiter gets it */
+    freeReplyObject(redisCommand(w.k, "HSET %s x 1", w.key[0]));
+    expect_busy(&w, "pc", "1", "tr", "30");
+    freeReplyObject(redisCommand(w.k, "HSET %s pb:1.secret %s", w.key[3],
+                                 "1 60000 0123456789abcdef0123456789abcdef01234567"));
+    expect_busy(&w, "pc", "1", "tr", "30");
+    expect_grant(&w, "px", "2", "qr", "40");
+    cr_expect_str_eq(queue(&w, b1, sizeof b1), "px:2.secret", "the lapsed entry stayed");
+    cr_expect_eq(rel(&w, "px", "2", "tr"), 1);
+    /* nobody waits: anyone */
     expect_grant(&w, "pc", "1", "tr", "30");
     stop(&w);
 }

@@ -22,8 +22,9 @@
 --         "r" (every op, Redlock: lib/redlock.c) says this master is one of several: a
 --         release never hands the lock over (each master could hand it to a different
 --         waiter) but publishes "ACQID retry" to the first live waiter and reserves the free
---         lock for it for a short while (wake_head); otherwise a free lock goes to whoever
---         asks. "ur" (rel): the undo of a grant that got no quorum, which wakes nobody
+--         lock for it for a short while (wake_head); past that, a free lock goes to the
+--         first live waiter by ticket (to anyone if none waits). "ur" (rel): the undo of a
+--         grant that got no quorum, which wakes nobody
 -- ARGV[7] (acq) max waiters
 -- ARGV[8] (acq, qrenew) queue entry lease ms
 -- ARGV[9] (enter, leave) id of this call (a retry of it is recognised); (acq, Redlock) the
@@ -39,10 +40,11 @@
 --
 -- Replies:
 --   acq     {1, fence, ttlms} granted (also when it was already granted to this id);
---           {0, holder_ttlms, queued, fence_counter} busy (Redlock: a lock reserved for
---           another waiter is busy, holder_ttlms the ms the reservation has left; without
---           Redlock the counter of a held lock is read from the hold's 'f', which every grant
---           writes with it); {-1} held by this owner under another id;
+--           {0, holder_ttlms, queued, fence_counter} busy (Redlock: a free lock reserved for
+--           or kept for another waiter is busy, holder_ttlms the ms the reservation or that
+--           waiter's queue entry has left; without Redlock the counter of a held lock is read
+--           from the hold's 'f', which every grant writes with it); {-1} held by this owner
+--           under another id;
 --           error "RSQUEUE ..." when the queue is full
 --   renew   1 renewed, 0 not ours any more
 --   rel     1 released (or handed to the next waiter), 0 not ours (the hold was lost)
@@ -173,11 +175,10 @@ end
 -- lock for it for a short while (fields 'w' = its id, 'x' = server ms the reservation ends):
 -- until then a free lock is busy for anyone else, so a releaser that relocks at once does not
 -- take it back before the woken waiter's retry arrives (barging starved waiters). The
--- reservation is lease/10 of the waiter's queue lease, 20 to 500 ms: a waiter that died or
--- whose message was lost costs this master that long, and the others are not held up. It
--- must outlast one round trip (the wake-up out, the retry back): lease/20, 150 ms for a 3 s
--- lease, lapsed under 150-250 ms round trips before the woken waiter's retry arrived, and
--- whoever asked first took the lock (waiters starved for 15 s, net-rl-slowloss).
+-- reservation is lease/10 of the waiter's queue lease, 20 to 500 ms. Past it the free lock
+-- still goes only to the first live waiter (acq), which is the woken one unless its entry
+-- lapsed or it left: a waiter that died costs this master until its entry's lease runs out,
+-- as on one server.
 local wake_head
 if redlock then
   function wake_head(now_ms)
@@ -280,25 +281,35 @@ if op == 'acq' then
     return {1, f, tonumber(ARGV[4])}
   end
   local now_ms, now_us = clock()
-  local reserved -- Redlock: ms left of a reservation for another waiter (wake_head)
+  local reserved -- Redlock: ms left of a reservation for another waiter (wake_head), or of
+                 -- the entry of the first live waiter, who is not the caller
   if not h[1] and redlock then
-    -- free: whoever asks takes it, unless it is reserved for the waiter the last release
-    -- woke (the queues of several masters need not agree on an order); the reservation, the
-    -- queue and its info are read before mutex_grant() writes
+    -- free: it is reserved for the waiter the last release woke, if that reservation runs;
+    -- else it goes to the first live waiter by ticket, or to anyone if none waits. Never to
+    -- whoever asks first: every waiter whose check fell on a free lock then raced for it,
+    -- each won a master or two at a round trip's distance, and all undid and tried again
+    -- (split votes in a row, lock calls waiting 15 s under 150-250 ms round trips with 5 %
+    -- loss, net-rl-slowloss). The queues agree on the order (the ticket), so the masters
+    -- grant the same waiter. The reservation, the queue and its info are read before
+    -- mutex_grant() writes
     local w = redis.call('HMGET', KEYS[1], 'w', 'x')
     local wx = tonumber(w[2])
     if w[1] and w[1] ~= ARGV[3] and wx and wx > now_ms then
       reserved = wx - now_ms
     else
-      -- the caller's queue entry stays until its release (rel drops it on every master): a
-      -- grant that no quorum confirms is undone, and the waiter keeps its place here
-      redis.call('ZCARD', KEYS[3])
       redis.call('HLEN', KEYS[4])
-      local f = mutex_grant(KEYS[1], KEYS[2], tokhash, ARGV[3], ARGV[4], now_us,
-                            mutex_released(h))
-      if stamp then stamp() end
-      if w[1] then redis.call('HDEL', KEYS[1], 'w', 'x') end
-      return {1, f, tonumber(ARGV[4])}
+      local head, info = q_live_head(KEYS[3], KEYS[4], now_ms)
+      if head and head ~= ARGV[3] then
+        reserved = tonumber(string.match(info, '^(%d+) ')) - now_ms
+      else
+        -- the caller's queue entry stays until its release (rel drops it on every master):
+        -- a grant that no quorum confirms is undone, and the waiter keeps its place here
+        local f = mutex_grant(KEYS[1], KEYS[2], tokhash, ARGV[3], ARGV[4], now_us,
+                              mutex_released(h))
+        if stamp then stamp() end
+        if w[1] then redis.call('HDEL', KEYS[1], 'w', 'x') end
+        return {1, f, tonumber(ARGV[4])}
+      end
     end
   end
   -- the fencing counter, which stale wake-ups do not pass (lib/wait.c): without Redlock, a
