@@ -60,32 +60,65 @@ static void after_round(rs_client_t *c, wd_now_t *w)
     cr_assert_neq(w->rounds, r0, "no watchdog round within 10 s");
 }
 
+/* n requests of c (queue entries of entry_ms) pending on name behind c2's hold (60 s),
+ * every one queued; pend_end releases the hold, waits for every grant and closes it all. */
+typedef struct pend {
+    ts_server_t s;
+    rs_client_t *c, *c2;
+    rs_mutex_t *m, *m2;
+    rs_hold_t *h;
+    const char *name;
+    tally_t t;
+    treq_t r[NPEND];
+    int n;
+} pend_t;
+
+static void pend_start(pend_t *p, const char *name, long entry_ms, long timeout_ms, int n)
+{
+    tu_start_server(&p->s);
+    p->name = name;
+    p->n = n;
+    p->c = tu_open_client(&p->s, entry_ms, timeout_ms, NULL);
+    p->c2 = tu_open_client(&p->s, 60000, timeout_ms, NULL);
+    cr_assert_eq(rs_mutex_init(&p->m, p->c, name), 0);
+    cr_assert_eq(rs_mutex_init(&p->m2, p->c2, name), 0);
+    cr_assert_eq(rs_mutex_acquire(p->m2, NULL, &p->h), 0, "%s", rs_client_lasterror(p->c2));
+    tally_pend(p->m, &p->t, p->r, n);
+    cr_assert(tu_wait_zcard(&p->s, "mutex", name, n, 10000), "queued: %lld",
+              tu_zcard_q(&p->s, "mutex", name));
+}
+
+static void pend_end(pend_t *p)
+{
+    cr_expect_eq(p->t.ran, 0);
+    cr_assert_eq(rs_hold_release(p->h), 0);
+    cr_assert(loop_until(p->c, &p->t.ran, p->n, 30000), "%d of %d done", p->t.ran, p->n);
+    cr_expect_eq(p->t.ok, p->n, "errors: %d (last %d)", p->t.errs, p->t.last_rc);
+    cr_expect_eq(p->t.overlap, 0, "grants overlapped");
+    for (int i = 0; i < p->n; i++)
+        cr_expect_eq(p->t.each[i], 1, "request %d completed %d times", i, p->t.each[i]);
+    cr_expect_eq(rs_mutex_destroy(p->m), 0);
+    cr_expect_eq(rs_mutex_destroy(p->m2), 0);
+    rs_client_close(p->c2);
+    rs_client_close(p->c);
+    ts_server_stop(&p->s);
+}
+
 Test(async, entries_renewed_in_one_batch)
 {
-    ts_server_t s;
-    tu_start_server(&s);
     /* queue entries of 1 s: renewed every 333 ms; gone 2 s after their last renewal */
-    rs_client_t *c = tu_open_client(&s, 1000, 0, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 60000, 0, NULL);
-    rs_mutex_t *m, *m2;
-    cr_assert_eq(rs_mutex_init(&m, c, "ren"), 0);
-    cr_assert_eq(rs_mutex_init(&m2, c2, "ren"), 0);
-    rs_hold_t *h;
-    cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0, "%s", rs_client_lasterror(c2));
-    static tally_t t;
-    static treq_t r[NPEND];
-    tally_pend(m, &t, r, NPEND);
-    cr_assert(tu_wait_zcard(&s, "mutex", "ren", NPEND, 10000), "queued: %lld",
-              tu_zcard_q(&s, "mutex", "ren"));
+    static pend_t p;
+    pend_start(&p, "ren", 1000, 0, NPEND);
+    rs_client_t *c = p.c;
     /* three rounds first: entries queued over more than two thirds of a period start in two
      * groups, which the next rounds join */
     wd_now_t w0, w1;
     for (int i = 0; i < 3; i++)
         after_round(c, &w0);
-    long long e0 = ts_info_ll(&s, "commandstats", "cmdstat_evalsha", "calls");
+    long long e0 = ts_info_ll(&p.s, "commandstats", "cmdstat_evalsha", "calls");
     usleep(2500 * 1000); /* past the entries' 2 s without a renewal */
     after_round(c, &w1);
-    long long e1 = ts_info_ll(&s, "commandstats", "cmdstat_evalsha", "calls");
+    long long e1 = ts_info_ll(&p.s, "commandstats", "cmdstat_evalsha", "calls");
     unsigned long rounds = w1.rounds - w0.rounds, batches = w1.batches - w0.batches;
     unsigned long renewals = w1.renewals - w0.renewals;
     cr_expect_geq(rounds, 3, "%lu rounds in 2.5 s of 333 ms periods", rounds);
@@ -96,18 +129,8 @@ Test(async, entries_renewed_in_one_batch)
     /* the holder's lease is 60 s: no renewal of it, and no waiter's nap ends, meanwhile */
     cr_expect_eq(e1 - e0, (long long)renewals, "%lld EVALSHAs for %lu renewals", e1 - e0,
                  renewals);
-    cr_expect_eq(tu_zcard_q(&s, "mutex", "ren"), NPEND, "every entry still queued");
-    cr_expect_eq(t.ran, 0);
-
-    cr_assert_eq(rs_hold_release(h), 0);
-    cr_assert(loop_until(c, &t.ran, NPEND, 30000), "%d of %d done", t.ran, NPEND);
-    cr_expect_eq(t.ok, NPEND, "errors: %d (last %d)", t.errs, t.last_rc);
-    cr_expect_eq(t.overlap, 0, "grants overlapped");
-    cr_expect_eq(rs_mutex_destroy(m), 0);
-    cr_expect_eq(rs_mutex_destroy(m2), 0);
-    rs_client_close(c2);
-    rs_client_close(c);
-    ts_server_stop(&s);
+    cr_expect_eq(tu_zcard_q(&p.s, "mutex", "ren"), NPEND, "every entry still queued");
+    pend_end(&p);
 }
 
 #define NOUT 50
@@ -159,46 +182,23 @@ Test(async, entry_lease_outlives_handle)
 
 Test(async, entry_lease_registered_again)
 {
-    ts_server_t s;
-    tu_start_server(&s);
     /* entries of 300 ms (renewed every 100 ms); calls answered within 5 s or re-sent */
-    rs_client_t *c = tu_open_client(&s, 300, 5000, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 60000, 5000, NULL);
-    rs_mutex_t *m, *m2;
-    cr_assert_eq(rs_mutex_init(&m, c, "again"), 0);
-    cr_assert_eq(rs_mutex_init(&m2, c2, "again"), 0);
-    rs_hold_t *h;
-    cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0, "%s", rs_client_lasterror(c2));
-    static tally_t t;
-    static treq_t r[NAGAIN];
-    tally_pend(m, &t, r, NAGAIN);
-    cr_assert(tu_wait_zcard(&s, "mutex", "again", NAGAIN, 10000), "queued: %lld",
-              tu_zcard_q(&s, "mutex", "again"));
+    static pend_t p;
+    pend_start(&p, "again", 300, 5000, NAGAIN);
     /* past every entry's local deadline: the watchdog marks the leases lost and pokes the
      * requests, which ask again once the server answers (their entries expired there) */
-    ts_server_pause(&s);
+    ts_server_pause(&p.s);
     usleep(1200 * 1000);
-    ts_server_resume(&s);
-    cr_assert(tu_wait_zcard(&s, "mutex", "again", NAGAIN, 10000), "queued again: %lld",
-              tu_zcard_q(&s, "mutex", "again"));
+    ts_server_resume(&p.s);
+    cr_assert(tu_wait_zcard(&p.s, "mutex", "again", NAGAIN, 10000), "queued again: %lld",
+              tu_zcard_q(&p.s, "mutex", "again"));
     /* renewed from then on: a lease left lost (not registered again) would let its entry
      * expire 300 ms after the last renewal, and nothing would queue it again before the
      * holder's 60 s lease ran out */
     for (int i = 0; i < 20; i++) {
         usleep(100 * 1000);
-        cr_assert_eq(tu_zcard_q(&s, "mutex", "again"), NAGAIN, "entries left after %d ms",
+        cr_assert_eq(tu_zcard_q(&p.s, "mutex", "again"), NAGAIN, "entries left after %d ms",
                      (i + 1) * 100);
     }
-    cr_expect_eq(t.ran, 0);
-    cr_assert_eq(rs_hold_release(h), 0);
-    cr_assert(loop_until(c, &t.ran, NAGAIN, 30000), "%d of %d done", t.ran, NAGAIN);
-    cr_expect_eq(t.ok, NAGAIN, "errors: %d (last %d)", t.errs, t.last_rc);
-    cr_expect_eq(t.overlap, 0, "grants overlapped");
-    for (int i = 0; i < NAGAIN; i++)
-        cr_expect_eq(t.each[i], 1, "request %d completed %d times", i, t.each[i]);
-    cr_expect_eq(rs_mutex_destroy(m), 0);
-    cr_expect_eq(rs_mutex_destroy(m2), 0);
-    rs_client_close(c2);
-    rs_client_close(c);
-    ts_server_stop(&s);
+    pend_end(&p);
 }
