@@ -16,6 +16,9 @@
  *                       handed over: ASK): all served once, never two at once
  *   node_conn_killed    CLIENT KILL of the normal and pub/sub connections of one master
  *                       while requests wait on names of all three: all served once, in turn
+ *   min_replicas_confirmed  3 masters + 3 replicas, min_replicas 1: the write before WAIT
+ *                       goes in the name's slot on its master's pipeline (SET calls counted),
+ *                       every request on a name of each master granted once, none RS_EREPL
  *
  * Without per-node pipelines every _async call here returned ENOTSUP.
  */
@@ -38,12 +41,15 @@
 TestSuite(async_cluster, .timeout = 180);
 
 typedef struct acl_env {
-    ts_server_t nodes[3];
+    ts_server_t nodes[6];
+    int n; /* nodes: 3 masters, and with env_start_rep their 3 replicas */
     char prefix[32], url[160];
+    int min_replicas;
 } acl_env_t;
 
 static void env_start(acl_env_t *e)
 {
+    e->n = 3;
     cr_assert_eq(ts_cluster_start(e->nodes, 3), 0);
     ts_unique_prefix(e->prefix, sizeof e->prefix);
     snprintf(e->url, sizeof e->url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
@@ -58,6 +64,8 @@ static rs_client_t *env_client(const acl_env_t *e, long lease_ms)
     cfg.prefix = e->prefix;
     cfg.lease_ms = lease_ms;
     cfg.timeout_ms = 5000;
+    cfg.min_replicas = e->min_replicas;
+    cfg.replica_timeout_ms = 2000;
     rs_client_t *c = NULL;
     cr_assert_eq(rs_client_open(&c, &cfg), 0, "open: %s", rs_client_lasterror(NULL));
     return c;
@@ -72,7 +80,7 @@ static int slot_of(const acl_env_t *e, const char *name)
 
 static int owner_of(const acl_env_t *e, const char *name)
 {
-    return ts_cluster_owner(e->nodes, 3, slot_of(e, name));
+    return ts_cluster_owner(e->nodes, e->n, slot_of(e, name));
 }
 
 /* ZCARD of name's queue on the master that serves it now. */
@@ -93,7 +101,7 @@ static void wait_queued(const acl_env_t *e, const char *name, long long want)
 /* Names "nI" picked so that each master serves per of them: names[3 * per][16]. */
 static void pick_names(const acl_env_t *e, char (*names)[16], int per)
 {
-    int have[3] = {0}, n = 0;
+    int have[6] = {0}, n = 0;
     for (int i = 0; n < 3 * per && i < 10000; i++) {
         char nm[16];
         snprintf(nm, sizeof nm, "n%d", i);
@@ -230,7 +238,7 @@ Test(async_cluster, fifo_across_nodes)
         redisFree(x.check[i]);
     rs_client_close(blocker);
     rs_client_close(c);
-    ts_cluster_stop(e.nodes, 3);
+    ts_cluster_stop(e.nodes, e.n);
 }
 
 /* ---- deadline, cancel, grant on every master -------------------------------------------- */
@@ -278,7 +286,7 @@ Test(async_cluster, cancel_deadline)
     }
     rs_client_close(blocker);
     rs_client_close(c);
-    ts_cluster_stop(e.nodes, 3);
+    ts_cluster_stop(e.nodes, e.n);
 }
 
 /* ---- a slot migrates while requests wait -------------------------------------------------- */
@@ -377,7 +385,7 @@ Test(async_cluster, migration_pending)
     rs_mutex_destroy(hm);
     rs_client_close(holder);
     rs_client_close(c);
-    ts_cluster_stop(e.nodes, 3);
+    ts_cluster_stop(e.nodes, e.n);
 }
 
 /* ---- one master's connections killed while requests wait --------------------------------- */
@@ -433,5 +441,83 @@ Test(async_cluster, node_conn_killed)
     }
     rs_client_close(blocker);
     rs_client_close(c);
-    ts_cluster_stop(e.nodes, 3);
+    ts_cluster_stop(e.nodes, e.n);
+}
+
+/* ---- min_replicas: the write before WAIT in the name's slot, on its master's pipeline ---- */
+
+#define NREP 10
+
+static long long sum_set_calls(const acl_env_t *e)
+{
+    long long sum = 0;
+    for (int i = 0; i < e->n; i++) {
+        long long v = ts_info_ll(&e->nodes[i], "commandstats", "cmdstat_set", "calls");
+        sum += v > 0 ? v : 0;
+    }
+    return sum;
+}
+
+Test(async_cluster, min_replicas_confirmed)
+{
+    static acl_env_t e;
+    e.n = 6;
+    cr_assert_eq(ts_cluster_start_rep(e.nodes, 6, 1, NULL), 0);
+    ts_unique_prefix(e.prefix, sizeof e.prefix);
+    int seed = ts_cluster_is_master(&e.nodes[0]) ? 0 : 1;
+    snprintf(e.url, sizeof e.url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
+             e.nodes[seed].port);
+    e.min_replicas = 1;
+    char names[3][16];
+    int have[6] = {0}, got = 0;
+    for (int i = 0; got < 3 && i < 10000; i++) { /* one name on each master */
+        char nm[16];
+        snprintf(nm, sizeof nm, "r%d", i);
+        int o = owner_of(&e, nm);
+        cr_assert_geq(o, 0);
+        if (have[o])
+            continue;
+        have[o] = 1;
+        memcpy(names[got++], nm, sizeof nm);
+    }
+    cr_assert_eq(got, 3);
+    rs_client_t *c = env_client(&e, 5000), *blocker = env_client(&e, 5000);
+    rs_mutex_t *m[3], *bm[3];
+    rs_hold_t *bh[3];
+    static tally_t t[3];
+    static treq_t r[3][NREP];
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(rs_mutex_init(&m[i], c, names[i]), 0);
+        cr_assert_eq(rs_mutex_init(&bm[i], blocker, names[i]), 0);
+        cr_assert_eq(rs_mutex_acquire(bm[i], NULL, &bh[i]), 0, "%s",
+                     rs_client_lasterror(blocker));
+    }
+    long long set0 = sum_set_calls(&e);
+    for (int i = 0; i < 3; i++)
+        tally_pend(m[i], &t[i], r[i], NREP);
+    for (int i = 0; i < 3; i++)
+        wait_queued(&e, names[i], NREP);
+    /* each queued call was confirmed by a SET in its slot (a PUBLISH outside the slot would
+     * not be replicated, and a SET in another node's slot would be refused) */
+    cr_expect_geq(sum_set_calls(&e) - set0, 3 * NREP, "the confirmations did not write");
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(rs_hold_release(bh[i]), 0, "%s", rs_client_lasterror(blocker));
+    int ran = 0;
+    long long end = tu_mono_ms() + 60000;
+    while (tu_mono_ms() < end && (ran = t[0].ran + t[1].ran + t[2].ran) < 3 * NREP)
+        loop_until(c, &ran, 3 * NREP, 50); /* ran is refreshed by the while */
+    cr_assert_eq(ran, 3 * NREP, "ran %d/%d/%d of %d each", t[0].ran, t[1].ran, t[2].ran, NREP);
+    for (int n = 0; n < 3; n++) {
+        for (int i = 0; i < NREP; i++)
+            cr_expect_eq(t[n].each[i], 1, "%s: request %d ran %d times", names[n], i,
+                         t[n].each[i]);
+        cr_expect_eq(t[n].ok, NREP, "%s: errors %d (last %d: %s)", names[n], t[n].errs,
+                     t[n].last_rc, rs_strerror(t[n].last_rc));
+        cr_expect_eq(t[n].overlap, 0);
+        rs_mutex_destroy(m[n]);
+        rs_mutex_destroy(bm[n]);
+    }
+    rs_client_close(blocker);
+    rs_client_close(c);
+    ts_cluster_stop(e.nodes, e.n);
 }
