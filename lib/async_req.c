@@ -143,6 +143,8 @@ void rs__aq_want_send(rs_async_t *as, rs_request_t *rq, int op)
     rs__theap_del(&as->heap, &rq->tm);
     rq->op = op;
     rq->st = ST_SEND;
+    as->next_dial_ns = 0; /* to be sent at the next pass (async_wire.c: per connection, a
+                             failed dial waits for its own next_dial_ns) */
     if (!rq->send_by_ns)
         rq->send_by_ns = rs__now_ns() + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
     if (!rq->in_send) {

@@ -70,7 +70,6 @@ void rs__aq_conn_broken(rs_async_t *as, rs_aconn_t *cn)
     if (as->c->ep.mode == RS_MODE_CLUSTER)
         rs__cluster_stale(as->c); /* perhaps a failed master: ask for the map again */
     uint64_t now = rs__now_ns();
-    as->next_dial_ns = now; /* what it owed is sent again at the next pass */
     if (cn->confirm_rq) { /* its reply came, its WAIT's did not: asked again */
         rs_request_t *rq = cn->confirm_rq;
         freeReplyObject(cn->confirm_r);

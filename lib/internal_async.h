@@ -61,9 +61,10 @@ enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
 
 /* A request: one allocation, sized to fit, and all a pending request costs beyond the
  * client's per-request slots (bench/async/async.c prints it; docs/performance.md): 480
- * bytes from malloc for an rs_mutex_acquire_async with a 13-byte name, of which 406 of
- * record (136 its queue-entry lease, 96 its callback waiter, 174 the rest), 64 of strings
- * (a 38-byte acquisition id, the 24-byte main key, their NULs), 10 of malloc's header and
+ * bytes from malloc for an rs_mutex_acquire_async with a 13-byte name, of which 407 of
+ * record (136 its queue-entry lease, 96 its callback waiter, 175 the rest, of which the
+ * Cluster's ASK byte), 64 of strings (a 38-byte acquisition id, the 24-byte main key, their
+ * NULs), 9 of malloc's header and
  * rounding (a longer name or id can cross into the next 16-byte step).
  *
  * The block starts with the request's queue-entry lease, so the lease costs no allocation
@@ -161,8 +162,8 @@ typedef struct rs_async {
     rs_request_t *live, *sendq, *sendq_tail, *subq, *subq_tail, *batch, *batch_tail;
     rs_aconn_t cn[RS_NODES_MAX]; /* the connections (async_wire.c): cn[0] outside Cluster */
     int ncn;                     /* cn[0..ncn) have been used */
-    uint64_t next_dial_ns;     /* the send queue holds requests for a node not reached: the
-                                  next try then */
+    uint64_t next_dial_ns;     /* when the send queue is to be sent again: 0 after a new
+                                  send, 50 ms on when a request found no connection */
     uint64_t drain_end_ns;
     int draining;
 } rs_async_t;

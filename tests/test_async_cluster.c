@@ -19,6 +19,8 @@
  *   min_replicas_confirmed  3 masters + 3 replicas, min_replicas 1: the write before WAIT
  *                       goes in the name's slot on its master's pipeline (SET calls counted),
  *                       every request on a name of each master granted once, none RS_EREPL
+ *   rwlock_sem_latch    read holds share and a write waits; semaphore permits wait for
+ *                       their return; 20 latch waits complete at count 0, not before
  *
  * Without per-node pipelines every _async call here returned ENOTSUP.
  */
@@ -518,6 +520,73 @@ Test(async_cluster, min_replicas_confirmed)
         rs_mutex_destroy(bm[n]);
     }
     rs_client_close(blocker);
+    rs_client_close(c);
+    ts_cluster_stop(e.nodes, e.n);
+}
+
+/* ---- the other primitives ------------------------------------------------------------------ */
+
+Test(async_cluster, rwlock_sem_latch)
+{
+    static acl_env_t e;
+    env_start(&e);
+    rs_client_t *c = env_client(&e, 5000), *c2 = env_client(&e, 5000);
+    rs_request_t *req;
+    /* read holds share, a write waits for both */
+    rs_rwlock_t *rw;
+    cr_assert_eq(rs_rwlock_init(&rw, c, "rw"), 0);
+    one_t r1 = {0}, r2 = {0}, w = {0};
+    cr_assert_eq(rs_rwlock_acquire_read_async(rw, NULL, one_done, &r1, &req), 0, "%s",
+                 rs_client_lasterror(c));
+    cr_assert_eq(rs_rwlock_acquire_read_async(rw, NULL, one_done, &r2, &req), 0);
+    cr_assert(loop_until(c, &r1.ran, 1, 10000));
+    cr_assert(loop_until(c, &r2.ran, 1, 10000));
+    cr_assert_eq(r1.rc, 0, "%s", rs_strerror(r1.rc));
+    cr_assert_eq(r2.rc, 0, "%s", rs_strerror(r2.rc));
+    cr_assert_eq(rs_rwlock_acquire_write_async(rw, NULL, one_done, &w, &req), 0);
+    cr_expect_eq(loop_until(c, &w.ran, 1, 300), 0, "the writer got in with readers");
+    cr_assert_eq(rs_hold_release(r1.hold), 0);
+    cr_assert_eq(rs_hold_release(r2.hold), 0);
+    cr_assert(loop_until(c, &w.ran, 1, 10000));
+    cr_assert_eq(w.rc, 0, "%s", rs_strerror(w.rc));
+    cr_expect_gt(rs_hold_fence(w.hold), 0);
+    cr_assert_eq(rs_hold_release(w.hold), 0);
+    rs_rwlock_destroy(rw);
+    /* permits: 2 of 3 out, 2 more wait until they come back */
+    rs_sem_t *sem;
+    cr_assert_eq(rs_sem_init(&sem, c, "sem", 3), 0);
+    one_t a = {0}, b = {0};
+    cr_assert_eq(rs_sem_acquire_async(sem, 2, NULL, one_done, &a, &req), 0);
+    cr_assert(loop_until(c, &a.ran, 1, 10000));
+    cr_assert_eq(a.rc, 0, "%s", rs_strerror(a.rc));
+    cr_assert_eq(rs_sem_acquire_async(sem, 2, NULL, one_done, &b, &req), 0);
+    cr_expect_eq(loop_until(c, &b.ran, 1, 300), 0);
+    cr_assert_eq(rs_hold_release(a.hold), 0);
+    cr_assert(loop_until(c, &b.ran, 1, 10000));
+    cr_assert_eq(b.rc, 0, "%s", rs_strerror(b.rc));
+    cr_assert_eq(rs_hold_release(b.hold), 0);
+    rs_sem_destroy(sem);
+    /* 20 waits complete when the count reaches 0, not before */
+    rs_latch_t *l, *l2;
+    cr_assert_eq(rs_latch_init(&l, c, "gate", 2), 0);
+    cr_assert_eq(rs_latch_init(&l2, c2, "gate", 0), 0);
+    static many_t t;
+    memset(&t, 0, sizeof t);
+    static many_req_t r[20];
+    for (int i = 0; i < 20; i++) {
+        r[i].t = &t;
+        r[i].i = i;
+        cr_assert_eq(rs_latch_wait_async(l, NULL, many_done, &r[i], &req), 0, "%s",
+                     rs_client_lasterror(c));
+    }
+    cr_assert_eq(rs_latch_count_down(l2), 0, "%s", rs_client_lasterror(c2));
+    cr_expect_eq(loop_until(c, &t.ran, 1, 300), 0, "done at count 1");
+    cr_assert_eq(rs_latch_count_down(l2), 0);
+    cr_assert(loop_until(c, &t.ran, 20, 10000), "ran %d of 20", t.ran);
+    cr_expect_eq(t.ok, 20);
+    cr_expect_eq(rs_latch_destroy(l), 0);
+    cr_expect_eq(rs_latch_destroy(l2), 0);
+    rs_client_close(c2);
     rs_client_close(c);
     ts_cluster_stop(e.nodes, e.n);
 }
