@@ -21,6 +21,8 @@
  *                       every request on a name of each master granted once, none RS_EREPL
  *   rwlock_sem_latch    read holds share and a write waits; semaphore permits wait for
  *                       their return; 20 latch waits complete at count 0, not before
+ *   close_pending       rs_client_close with 20 requests pending on a name of each master:
+ *                       every done(ECANCELED) runs inside close, no queue entry is left
  *
  * Without per-node pipelines every _async call here returned ENOTSUP.
  */
@@ -588,5 +590,52 @@ Test(async_cluster, rwlock_sem_latch)
     cr_expect_eq(rs_latch_destroy(l2), 0);
     rs_client_close(c2);
     rs_client_close(c);
+    ts_cluster_stop(e.nodes, e.n);
+}
+
+/* ---- rs_client_close with requests pending on every master ------------------------------ */
+
+#define NCLOSE 20
+
+Test(async_cluster, close_pending)
+{
+    static acl_env_t e;
+    env_start(&e);
+    char names[3][16];
+    pick_names(&e, names, 1);
+    rs_client_t *c = env_client(&e, 5000), *blocker = env_client(&e, 5000);
+    rs_mutex_t *m[3], *bm[3];
+    static many_t t;
+    memset(&t, 0, sizeof t);
+    static many_req_t r[3 * NCLOSE];
+    rs_request_t *req;
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(rs_mutex_init(&m[i], c, names[i]), 0);
+        cr_assert_eq(rs_mutex_init(&bm[i], blocker, names[i]), 0);
+        cr_assert_eq(rs_mutex_lock(bm[i]), 0, "%s", rs_client_lasterror(blocker));
+        for (int k = 0; k < NCLOSE; k++) {
+            many_req_t *x = &r[i * NCLOSE + k];
+            x->t = &t;
+            x->i = i * NCLOSE + k;
+            cr_assert_eq(rs_mutex_acquire_async(m[i], NULL, many_done, x, &req), 0, "%s",
+                         rs_client_lasterror(c));
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        wait_queued(&e, names[i], NCLOSE);
+    cr_assert_eq(t.ran, 0);
+    cr_assert_eq(rs_client_close(c), 0);
+    cr_expect_eq(t.ran, 3 * NCLOSE, "done calls run inside close: %d", t.ran);
+    cr_expect_eq(t.canceled, 3 * NCLOSE, "canceled %d ok %d other %d", t.canceled, t.ok,
+                 t.other);
+    for (int i = 0; i < 3 * NCLOSE; i++)
+        cr_expect_eq(t.ran_each[i], 1);
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(queued(&e, names[i]), 0, "%s: entries left in the queue", names[i]);
+        cr_expect_eq(rs_mutex_unlock(bm[i]), 0);
+        rs_mutex_destroy(m[i]);
+        rs_mutex_destroy(bm[i]);
+    }
+    rs_client_close(blocker);
     ts_cluster_stop(e.nodes, e.n);
 }
