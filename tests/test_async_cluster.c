@@ -7,7 +7,9 @@
  *   fifo_across_nodes   an epoll loop, 20 requests on each of 15 held names spread over the
  *                       three masters: every grant once, in FIFO order per name, never two
  *                       at once (a fenced counter per name, in the name's slot, checks it),
- *                       released with rs_hold_release_async (0 through dispatch)
+ *                       released with rs_hold_release_async (0 through dispatch); while
+ *                       they wait, each master has the sharded wake-up channel of each of
+ *                       its names subscribed
  *   cancel_deadline     on a name of each master: a deadline ends a request with ETIMEDOUT,
  *                       a cancel with ECANCELED, and both leave the queue; a third is
  *                       granted when the holder releases
@@ -100,6 +102,19 @@ static void wait_queued(const acl_env_t *e, const char *name, long long want)
     while (tu_mono_ms() < end && (q = queued(e, name)) != want)
         tu_sleep_ms(10);
     cr_assert_eq(q, want, "%s: %lld queued, not %lld", name, q, want);
+}
+
+/* PUBSUB SHARDCHANNELS' count on node s. */
+static long long shard_channels(const ts_server_t *s)
+{
+    redisContext *k = ts_connect(s);
+    cr_assert_not_null(k);
+    redisReply *r = redisCommand(k, "PUBSUB SHARDCHANNELS");
+    long long n = r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+    if (r)
+        freeReplyObject(r);
+    redisFree(k);
+    return n;
 }
 
 /* Names "nI" picked so that each master serves per of them: names[3 * per][16]. */
@@ -217,6 +232,11 @@ Test(async_cluster, fifo_across_nodes)
         }
     for (int n = 0; n < NNAMES; n++)
         wait_queued(&e, x.names[n], PER);
+    /* the wake-ups' sharded channels: one per name, on the name's master (without them a
+     * waiter would only be served when its queue entry's renewal finds it granted) */
+    for (int i = 0; i < 3; i++)
+        cr_expect_geq(shard_channels(&e.nodes[i]), PERNODE, "node %d: %lld sharded channels, "
+                      "not one per name", i, shard_channels(&e.nodes[i]));
     cr_expect_eq(x.granted + x.errors, 0, "completed while the blockers hold");
     for (int i = 0; i < NNAMES; i++)
         cr_assert_eq(rs_hold_release(bh[i]), 0);
