@@ -466,13 +466,15 @@ RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known
  * client and fire at the I/O thread's next pass (no per-request timer).
  *
  * Errors at the call: EINVAL (NULL handle, done or req; tv_nsec out of range; n of 0),
- * ENOMEM, RS_EFORK (a fork child), ECANCELED (the client is closing), and ENOTSUP where the
- * event-loop API is not offered yet (deviations from api.md, see docs/redisync.3):
- * redlock:// (every call is a quorum round on all masters, which the one pipelined
- * connection does not do) and redis-cluster:// (no per-node pipelines yet). Use the
- * blocking calls, or rs_mutex_acquire on a thread of your own, there. With min_replicas > 0
- * an acquiring request is followed in the pipeline by a write and WAIT, as a blocking
- * acquisition is; a grant fewer replicas acknowledged is given back: done gets RS_EREPL.
+ * ENOMEM, RS_EFORK (a fork child), ECANCELED (the client is closing), and ENOTSUP under
+ * redlock://, where the event-loop API is not offered yet (a deviation from api.md, see
+ * docs/redisync.3: every call is a quorum round on all masters, which the pipelines do not
+ * do); use the blocking calls, or rs_mutex_acquire on a thread of your own, there. Under
+ * redis-cluster:// the I/O thread keeps one pipelined connection per master and sends each
+ * request's calls to the master of its name's slot, following MOVED and ASK. With
+ * min_replicas > 0 an acquiring request is followed in the pipeline by a write (in the
+ * name's slot under Cluster) and WAIT, as a blocking acquisition is; a grant fewer replicas
+ * acknowledged is given back: done gets RS_EREPL.
  *
  * Thread-safety: every call here may be made from any thread; a handle may be used by
  * _async calls and blocking calls at once. The handle must stay alive (rs_X_destroy returns

@@ -3,19 +3,23 @@
  * _async acquisitions, rs_hold_release_async, rs_request_cancel, rs_client_fd,
  * rs_client_dispatch and what rs_client_close does with pending requests. The I/O thread
  * itself is async_req.c (each request's state machine, the thread's loop) and async_wire.c
- * (its connection); the deadline heap is timerheap.c.
+ * (its connections); the deadline heap is timerheap.c.
  *
  * One library I/O thread per client (started at the first _async call) owns a connection of
- * its own on which it pipelines the script calls of every pending request: the caller only
+ * its own (under Cluster one per master, each request's calls on the master of its name's
+ * slot) on which it pipelines the script calls of every pending request: the caller only
  * appends its request to a queue and wakes the thread through an eventfd. The protocol is
  * the blocking one of wait.c, turned into a state machine per request:
  *
- *   SUB    waiting for the client's subscriber to stand (its confirmation pokes us)
+ *   SUB    waiting for the client's subscriber to stand (its confirmation pokes us; in a
+ *          Cluster with sharded wake-ups, also the name's sharded channel)
  *   SEND   an operation is to be sent (acq in queue mode, cancel, rel)
  *   FLIGHT it was sent; its reply comes in pipeline order (the ring)
  *   WAIT   queued in Redis; a wake-up (the notifier hands it over through the request's
  *          callback waiter), the retry nap (the holder's lease) or the deadline moves it
  *   DELAY  a transient server state (LOADING, BUSY, TRYAGAIN): send again shortly
+ *
+ * (MOVED and ASK make a request SEND again at once, where they point: async_wire.c.)
  *
  * Grants become hold objects exactly as rs_mutex_acquire's (handle.c); queue entries are
  * leases the watchdog renews; deadlines and naps sit in one min-heap (timerheap.c). A broken
@@ -170,9 +174,6 @@ static int mode_refused(rs_client_t *c, const char *what)
         return rs__fail(c, ENOTSUP, "%s: the event-loop API is not offered under redlock:// "
                         "(each call is a quorum round on every master); use the blocking "
                         "calls", what);
-    if (c->ep.mode == RS_MODE_CLUSTER)
-        return rs__fail(c, ENOTSUP, "%s: the event-loop API is not offered under "
-                        "redis-cluster:// yet; use the blocking calls", what);
     return 0;
 }
 
@@ -486,7 +487,7 @@ void rs__async_finish(rs_client_t *c)
     close(as->wfd);
     pthread_mutex_destroy(&as->mu);
     rs__theap_free(&as->heap);
-    free(as->ring);
+    rs__aq_conns_free(as);
     free(as);
 }
 
@@ -501,11 +502,9 @@ void rs__async_forget(rs_client_t *c)
         rs__aq_free(rq);
     }
     atomic_store(&c->as, NULL);
-    if (as->ctx)
-        rs__ctx_free(as->ctx);
+    rs__aq_conns_free(as);
     close(as->efd);
     close(as->wfd);
     rs__theap_free(&as->heap);
-    free(as->ring);
     free(as);
 }

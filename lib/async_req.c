@@ -90,6 +90,8 @@ void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
     if (rq->st == ST_SUB)
         rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
     rs__aq_drop_queue_lease(c, rq);
+    if (rq->w.shard)
+        rs__notify_shard_end(c, &rq->w);
     if (rq->registered) {
         rs__notify_remove(c, &rq->w);
         rq->registered = 0;
@@ -141,6 +143,8 @@ void rs__aq_want_send(rs_async_t *as, rs_request_t *rq, int op)
     rs__theap_del(&as->heap, &rq->tm);
     rq->op = op;
     rq->st = ST_SEND;
+    as->next_dial_ns = 0; /* to be sent at the next pass (async_wire.c: per connection, a
+                             failed dial waits for its own next_dial_ns) */
     if (!rq->send_by_ns)
         rq->send_by_ns = rs__now_ns() + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
     if (!rq->in_send) {
@@ -216,6 +220,9 @@ void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg)
 void rs__aq_to_wait(rs_async_t *as, rs_request_t *rq, uint64_t until)
 {
     rs__aq_set_timer(as, rq, ST_WAIT, until);
+    if (rq->w.shard) /* its channel follows the slot (a call of ours met MOVED): the new
+                        master's confirmation makes it ask again */
+        rs__notify_shard_check(as->c, &rq->w);
     char msg[RS_WAKE_MSG_MAX];
     int wake = rs__notify_take(as->c, &rq->w, msg, sizeof msg);
     if (wake != RS_WAKE_NONE && wake != RS_WAKE_CANCEL)
@@ -260,6 +267,13 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
         return;
     }
     rq->registered = 1;
+    if (rq->type == RQ_ACQ && rs__acq_sharded(rq->str) &&
+        (rc = rs__notify_shard_add(c, &rq->w, rq->str + rq->kat, rq->klen)) != 0) {
+        /* a Cluster's sharded wake-ups: the name's channel, on the master of its slot
+         * (subscribed before the request queues, as for the classic subscriber) */
+        rs__aq_complete(as, rq, rc, NULL);
+        return;
+    }
     if (rq->type == RQ_EVT) {
         if (rs__notify_watch_add(c, rq->w.topic) != 0) {
             rs__aq_complete(as, rq, rs__fail(c, ENOMEM, "out of memory"), NULL);
@@ -283,8 +297,9 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
 /* Whether rq may start: the subscriber stands (for an event, its channel is confirmed). */
 static int sub_ready(rs_async_t *as, rs_request_t *rq, int client_ready)
 {
-    return rq->type == RQ_EVT ? client_ready && rs__notify_watch_ready(as->c, rq->w.topic)
-                              : client_ready;
+    if (rq->type == RQ_EVT)
+        return client_ready && rs__notify_watch_ready(as->c, rq->w.topic);
+    return client_ready && (!rq->w.shard || rs__notify_shard_ready(as->c, &rq->w));
 }
 
 static void subscribed_check(rs_async_t *as)
@@ -295,10 +310,23 @@ static void subscribed_check(rs_async_t *as)
     if (!ready)
         return;
     char msg[RS_WAKE_MSG_MAX];
+    /* the sharded channels found not ready in this walk stay so for it: one confirmed
+     * half-way must not let a later request of its name go before an earlier one */
+    enum { NOT_READY_MAX = 64 };
+    const void *notready[NOT_READY_MAX];
+    int nnot = 0;
     for (rs_request_t *rq = as->subq, *nx; rq; rq = nx) {
         nx = rq->snext;
-        if (!sub_ready(as, rq, ready))
+        int skip = nnot == NOT_READY_MAX && rq->w.shard;
+        for (int i = 0; i < nnot && !skip; i++)
+            skip = notready[i] == (const void *)rq->w.shard;
+        if (skip)
             continue;
+        if (!sub_ready(as, rq, ready)) {
+            if (rq->w.shard && nnot < NOT_READY_MAX)
+                notready[nnot++] = rq->w.shard;
+            continue;
+        }
         rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
         rq->st = ST_NEW;
         rs__notify_take(as->c, &rq->w, msg, sizeof msg); /* the confirmation's retry */
@@ -507,46 +535,15 @@ void *rs__aq_main(void *arg)
         pass(as);
         if (as->draining && (as->nlive == 0 || rs__now_ns() >= as->drain_end_ns))
             break;
-        uint64_t now = rs__now_ns(), due = RS_NO_DEADLINE;
+        uint64_t due = RS_NO_DEADLINE;
         rs_timer_t *t = rs__theap_top(&as->heap);
         if (t)
             due = t->due_ns;
-        if (as->sendq && !as->ctx && as->next_dial_ns < due)
-            due = as->next_dial_ns;
+        if (as->sendq && as->next_dial_ns < due)
+            due = as->next_dial_ns; /* requests wait for a connection */
         if (as->draining && as->drain_end_ns < due)
             due = as->drain_end_ns;
-        uint64_t stall = as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
-        if (as->ctx && as->rcount > 0 && stall < due)
-            due = stall;
-        int timeout = -1;
-        if (as->sendq && as->ctx)
-            timeout = 0;
-        else if (due != RS_NO_DEADLINE)
-            timeout = due <= now ? 0 : (int)((due - now + RS_NS_PER_MS - 1) / RS_NS_PER_MS);
-        if (timeout > 1000)
-            timeout = 1000;
-        struct pollfd p[2] = {{as->wfd, POLLIN, 0}, {as->ctx ? as->ctx->fd : -1, POLLIN, 0}};
-        if (as->ctx && rs__tp_pending(as->ctx))
-            timeout = 0;
-        int n = poll(p, 2, timeout);
-        if (n < 0 && errno != EINTR)
-            rs__sleep_ns(RS_NS_PER_MS);
-        if (p[0].revents)
-            rs__aq_drain(as->wfd);
-        if (as->ctx && (p[1].revents || rs__tp_pending(as->ctx)))
-            rs__aq_read(as);
-        if (as->ctx && as->rcount > 0 &&
-            rs__now_ns() >= as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS)
-            /* first what came while this process could not run (SIGSTOP, a paused VM, a poll
-             * that returned just before): those replies are progress, not a stall */
-            rs__aq_read(as);
-        if (as->ctx && as->rcount > 0 &&
-            rs__now_ns() >= as->progress_ns + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS) {
-            /* replies owed and none for timeout_ms: a stalled server or a silent network */
-            rs__log(as->c, RS_LOG_WARN, "event-loop connection: no reply for %ld ms; "
-                    "reconnecting", as->c->timeout_ms);
-            rs__aq_conn_broken(as);
-        }
+        rs__aq_poll(as, due);
         publish(as);
     }
     /* what is left gets ECANCELED (an acquisition's entry expires with its queue lease) */
@@ -559,9 +556,7 @@ void *rs__aq_main(void *arg)
             rs__aq_complete(as, rq, ECANCELED, NULL);
     }
     publish(as);
-    if (as->ctx)
-        rs__ctx_free(as->ctx);
-    as->ctx = NULL;
+    rs__aq_conns_free(as);
     return NULL;
 }
 

@@ -1,9 +1,13 @@
 /*
- * async_wire.c - the event-loop API's connection (lib/async.c has the overview): the I/O
- * thread's own connection to the master, the script calls of the requests appended to it
- * (pipelined), the ring of requests whose replies are owed in order, the replies decoded into
- * each request's next step, SCRIPT LOAD on NOSCRIPT within the pipeline, and what a broken
- * connection or a moved master means: everything in flight is sent again, same ids.
+ * async_wire.c - the event-loop API's connections (lib/async.c has the overview): the I/O
+ * thread's own connection to the master (outside Cluster) or one to each master of a
+ * Cluster that a request's name lives on (a call goes to the master of its first key's
+ * slot, slotmap.c), the script calls of the requests appended to them (pipelined), each
+ * connection's ring of requests whose replies are owed in order, the replies decoded into
+ * each request's next step, SCRIPT LOAD on NOSCRIPT within the pipeline, MOVED (the map
+ * is fixed, the call sent again where it points) and ASK (sent again once to the importing
+ * node behind ASKING), and what a broken connection or a moved master means: everything in
+ * flight on it is sent again, same ids (the scripts recognise a call sent twice).
  */
 #include <errno.h>
 #include <limits.h>
@@ -22,57 +26,60 @@
 
 /* min_replicas > 0: an acquiring call ("acq", "cancel") is followed in the pipeline by the
  * write of rs__sync_append and WAIT, as the blocking calls' are (script.c), so that WAIT covers
- * a grant made by another client's release too. Its reply is kept (as->confirm_r) until
+ * a grant made by another client's release too. Its reply is kept (cn->confirm_r) until
  * WAIT's comes, whose ring entry is &wait_mark (the write's is NULL): a grant that fewer than
  * min_replicas replicas acknowledged is given back ("rel") and done gets RS_EREPL. */
 static rs_request_t wait_mark;
 
-static int ring_push(rs_async_t *as, rs_request_t *rq)
+static int ring_push(rs_aconn_t *cn, rs_request_t *rq)
 {
-    if (as->rcount == as->rcap) {
-        size_t cap = as->rcap ? as->rcap * 2 : 256;
+    if (cn->rcount == cn->rcap) {
+        size_t cap = cn->rcap ? cn->rcap * 2 : 256;
         rs_request_t **r = malloc(sizeof *r * cap);
         if (!r)
             return ENOMEM;
-        for (size_t i = 0; i < as->rcount; i++)
-            r[i] = as->ring[(as->rhead + i) % as->rcap];
-        free(as->ring);
-        as->ring = r;
-        as->rcap = cap;
-        as->rhead = 0;
+        for (size_t i = 0; i < cn->rcount; i++)
+            r[i] = cn->ring[(cn->rhead + i) % cn->rcap];
+        free(cn->ring);
+        cn->ring = r;
+        cn->rcap = cap;
+        cn->rhead = 0;
     }
-    if (as->rcount == 0)
-        as->progress_ns = rs__now_ns(); /* replies owed from now on */
-    as->ring[(as->rhead + as->rcount++) % as->rcap] = rq;
+    if (cn->rcount == 0)
+        cn->progress_ns = rs__now_ns(); /* replies owed from now on */
+    cn->ring[(cn->rhead + cn->rcount++) % cn->rcap] = rq;
     return 0;
 }
 
-static rs_request_t *ring_pop(rs_async_t *as)
+static rs_request_t *ring_pop(rs_aconn_t *cn)
 {
-    rs_request_t *rq = as->ring[as->rhead];
-    as->rhead = (as->rhead + 1) % as->rcap;
-    as->rcount--;
+    rs_request_t *rq = cn->ring[cn->rhead];
+    cn->rhead = (cn->rhead + 1) % cn->rcap;
+    cn->rcount--;
     return rq;
 }
 
-/* The connection broke (or stalled, or reaches a master no more): what was in flight is
+/* A connection broke (or stalled, or reaches a master no more): what was in flight on it is
  * sent again (same ids) on the next one, unless it has been trying for timeout_ms. */
-void rs__aq_conn_broken(rs_async_t *as)
+void rs__aq_conn_broken(rs_async_t *as, rs_aconn_t *cn)
 {
-    if (as->ctx)
-        rs__ctx_free(as->ctx);
-    as->ctx = NULL;
+    if (cn->ctx)
+        rs__ctx_free(cn->ctx);
+    cn->ctx = NULL;
+    cn->flush = 0;
+    if (as->c->ep.mode == RS_MODE_CLUSTER)
+        rs__cluster_stale(as->c); /* perhaps a failed master: ask for the map again */
     uint64_t now = rs__now_ns();
-    if (as->confirm_rq) { /* its reply came, its WAIT's did not: asked again */
-        rs_request_t *rq = as->confirm_rq;
-        freeReplyObject(as->confirm_r);
-        as->confirm_rq = NULL;
-        as->confirm_r = NULL;
+    if (cn->confirm_rq) { /* its reply came, its WAIT's did not: asked again */
+        rs_request_t *rq = cn->confirm_rq;
+        freeReplyObject(cn->confirm_r);
+        cn->confirm_rq = NULL;
+        cn->confirm_r = NULL;
         rq->resent = 1;
         rs__aq_want_send(as, rq, rq->op);
     }
-    while (as->rcount > 0) {
-        rs_request_t *rq = ring_pop(as);
+    while (cn->rcount > 0) {
+        rs_request_t *rq = ring_pop(cn);
         if (!rq || rq == &wait_mark || rq->st != ST_FLIGHT)
             continue;
         if (rq->send_by_ns && now >= rq->send_by_ns) {
@@ -85,7 +92,59 @@ void rs__aq_conn_broken(rs_async_t *as)
     }
 }
 
-static void append_op(rs_async_t *as, rs_request_t *rq)
+void rs__aq_conns_free(rs_async_t *as)
+{
+    for (int i = 0; i < as->ncn; i++) {
+        rs_aconn_t *cn = &as->cn[i];
+        if (cn->ctx)
+            rs__ctx_free(cn->ctx);
+        cn->ctx = NULL;
+        if (cn->confirm_r)
+            freeReplyObject(cn->confirm_r);
+        cn->confirm_r = NULL;
+        cn->confirm_rq = NULL;
+        free(cn->ring);
+        cn->ring = NULL;
+        cn->rcount = cn->rcap = cn->rhead = 0;
+    }
+}
+
+/* The connection rq's call goes to, connected (dialled if need be): outside Cluster the
+ * master's; in a Cluster the one to the master of key's slot, or to the node an ASK named.
+ * NULL: none for now (a dial failed lately, the slot's master is not known yet). */
+static rs_aconn_t *route(rs_async_t *as, rs_request_t *rq, const char *key, size_t klen)
+{
+    rs_client_t *c = as->c;
+    int cluster = c->ep.mode == RS_MODE_CLUSTER, i = 0;
+    if (cluster) {
+        i = rq->ask ? rq->ask - 1 : rs__cluster_node_of(c, key, klen);
+        if (i < 0 || i >= RS_NODES_MAX) {
+            rs__cluster_stale(c); /* a slot nobody serves as far as we know: ask again */
+            return NULL;
+        }
+    }
+    rs_aconn_t *cn = &as->cn[i];
+    for (; as->ncn <= i; as->ncn++)
+        as->cn[as->ncn].node = cluster ? as->ncn : -1;
+    if (cn->ctx)
+        return cn;
+    uint64_t now = rs__now_ns();
+    if (as->draining || now < cn->next_dial_ns)
+        return NULL;
+    long budget = c->timeout_ms < 250 ? c->timeout_ms : 250;
+    if (rs__conn_connect_to(c, cn->node, now + (uint64_t)budget * RS_NS_PER_MS, c->timeout_ms,
+                            &cn->ctx) != 0) {
+        cn->ctx = NULL;
+        cn->next_dial_ns = rs__now_ns() + 50 * RS_NS_PER_MS;
+        if (cluster)
+            rs__cluster_stale(c);
+        return NULL;
+    }
+    return cn;
+}
+
+/* Appends rq's call to the connection it goes to: 0, or 1 when there is none for now. */
+static int append_op(rs_async_t *as, rs_request_t *rq)
 {
     rs_call_t k;
     rs_lease_scratch_t ls;
@@ -107,48 +166,45 @@ static void append_op(rs_async_t *as, rs_request_t *rq)
         nkeys = rq->h->nkeys;
     }
     rs__evalsha_argv(s, nkeys, &args, &cmd);
-    if (rs__ctx_append(as->ctx, cmd.n, cmd.v, cmd.len) != 0 || ring_push(as, rq) != 0) {
+    rs_aconn_t *cn = route(as, rq, cmd.v[3], cmd.len[3]);
+    if (!cn)
+        return 1;
+    int asking = rq->ask != 0;
+    rq->ask = 0; /* an ASK redirects one call only */
+    const char *kv[1] = {"ASKING"};
+    size_t kl[1] = {6};
+    cn->flush = 1;
+    if ((asking && (rs__ctx_append(cn->ctx, 1, kv, kl) != 0 || ring_push(cn, NULL) != 0)) ||
+        rs__ctx_append(cn->ctx, cmd.n, cmd.v, cmd.len) != 0 || ring_push(cn, rq) != 0) {
         rs__aq_fail(as, rq, rs__fail(as->c, ENOMEM, "out of memory"));
-        return;
+        return 0;
     }
     if (as->c->min_replicas > 0 && (rq->op == OP_ACQ || rq->op == OP_CANCEL)) {
-        if (rs__sync_append(as->c, as->ctx, cmd.v[3], cmd.len[3], 0,
+        /* in a Cluster the write goes to the name's slot, on the same node (behind ASKING
+         * again when the call went there by ASK) */
+        if (rs__sync_append(as->c, cn->ctx, cmd.v[3], cmd.len[3], asking,
                             as->c->replica_timeout_ms) != 0 ||
-            ring_push(as, NULL) != 0 || ring_push(as, &wait_mark) != 0) {
+            (asking && ring_push(cn, NULL) != 0) || ring_push(cn, NULL) != 0 ||
+            ring_push(cn, &wait_mark) != 0) {
             /* the call is on its way without its confirmation: this connection is dropped
              * and what it owes sent again */
-            rs__aq_conn_broken(as);
-            return;
+            rq->st = ST_FLIGHT;
+            rs__aq_conn_broken(as, cn);
+            return 0;
         }
     }
     rq->st = ST_FLIGHT;
     if (rq->type == RQ_ACQ)
         rq->sent_ns = rs__now_ns(); /* (shares its memory with an event wait's fields) */
+    return 0;
 }
 
 void rs__aq_flush(rs_async_t *as)
 {
     rs_client_t *c = as->c;
-    uint64_t now = rs__now_ns();
-    if (!as->ctx && as->sendq && now >= as->next_dial_ns && !as->draining) {
-        redisContext *ctx;
-        long budget = c->timeout_ms < 250 ? c->timeout_ms : 250;
-        if (rs__conn_connect(c, now + (uint64_t)budget * RS_NS_PER_MS, c->timeout_ms, &ctx) == 0)
-            as->ctx = ctx;
-        else
-            as->next_dial_ns = rs__now_ns() + 50 * RS_NS_PER_MS;
-    }
-    if (!as->ctx) {
-        /* nothing to send on: those that waited timeout_ms for a connection fail */
-        now = rs__now_ns();
-        for (rs_request_t *rq = as->sendq, *nx; rq; rq = nx) {
-            nx = rq->snext;
-            if (as->draining || now >= rq->send_by_ns)
-                rs__aq_fail(as, rq, rs__fail(c, RS_ECONN, "Redis unreachable for %ld ms",
-                                             c->timeout_ms));
-        }
-        return;
-    }
+    if (as->sendq && c->ep.mode == RS_MODE_CLUSTER)
+        rs__cluster_refresh(c, 0, c->timeout_ms); /* only if a MOVED or a failure made it stale */
+    rs_request_t *left = NULL, *left_tail = NULL;
     while (as->sendq) {
         rs_request_t *rq = as->sendq;
         as->sendq = rq->snext;
@@ -156,10 +212,33 @@ void rs__aq_flush(rs_async_t *as)
             as->sendq_tail = NULL;
         rq->snext = NULL;
         rq->in_send = 0;
-        append_op(as, rq);
+        if (append_op(as, rq) == 0)
+            continue;
+        /* nothing to send on: those that waited timeout_ms for a connection fail */
+        if (as->draining || rs__now_ns() >= rq->send_by_ns) {
+            rs__aq_fail(as, rq, rs__fail(c, RS_ECONN, "Redis unreachable for %ld ms",
+                                         c->timeout_ms));
+            continue;
+        }
+        rq->in_send = 1;
+        rs__aq_list_append(&left, &left_tail, rq);
     }
-    if (rs__ctx_flush(as->ctx) != 0)
-        rs__aq_conn_broken(as);
+    for (int i = 0; i < as->ncn; i++) {
+        rs_aconn_t *cn = &as->cn[i];
+        if (cn->ctx && cn->flush) {
+            cn->flush = 0;
+            if (rs__ctx_flush(cn->ctx) != 0)
+                rs__aq_conn_broken(as, cn);
+        }
+    }
+    /* what a broken flush sent again comes behind what waits for a connection already */
+    if (left) {
+        left_tail->snext = as->sendq;
+        if (!as->sendq)
+            as->sendq_tail = left_tail;
+        as->sendq = left;
+        as->next_dial_ns = rs__now_ns() + 50 * RS_NS_PER_MS;
+    }
 }
 
 static const rs_script_t *rq_script(const rs_request_t *rq)
@@ -169,15 +248,15 @@ static const rs_script_t *rq_script(const rs_request_t *rq)
 
 static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long long acked);
 
-/* rq's reply r; 1 if r is kept (an acquiring call's, until its WAIT's reply), else 0. */
-static int on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
+/* rq's reply r on cn; 1 if r is kept (an acquiring call's, until its WAIT's reply), else 0. */
+static int on_reply(rs_async_t *as, rs_aconn_t *cn, rs_request_t *rq, redisReply *r)
 {
     rs_client_t *c = as->c;
     uint64_t now = rs__now_ns();
     if (r->type != REDIS_REPLY_ERROR && c->min_replicas > 0 &&
         (rq->op == OP_ACQ || rq->op == OP_CANCEL)) {
-        as->confirm_rq = rq;
-        as->confirm_r = r;
+        cn->confirm_rq = rq;
+        cn->confirm_r = r;
         return 1;
     }
     if (r->type == REDIS_REPLY_ERROR) {
@@ -185,10 +264,25 @@ static int on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
             const rs_script_t *s = rq_script(rq);
             const char *argv[3] = {"SCRIPT", "LOAD", (const char *)s->body};
             size_t lens[3] = {6, 4, s->len};
-            if (rs__ctx_append(as->ctx, 3, argv, lens) == 0 && ring_push(as, NULL) == 0)
+            cn->flush = 1;
+            if (rs__ctx_append(cn->ctx, 3, argv, lens) == 0 && ring_push(cn, NULL) == 0)
                 rs__aq_want_send(as, rq, rq->op); /* behind the load, in the same pipeline */
             else
                 rs__aq_fail(as, rq, ENOMEM);
+            return 0;
+        }
+        int ask = 0, to;
+        if (c->ep.mode == RS_MODE_CLUSTER && (to = rs__cluster_redirect(c, r->str, &ask)) >= 0) {
+            /* MOVED: the map is fixed for that slot (and reloaded before the next send), the
+             * call goes there; ASK: this call only goes to the importing node, behind ASKING.
+             * Neither ran the script. Bounded by timeout_ms, as the blocking calls' hops. */
+            if (rq->send_by_ns && now >= rq->send_by_ns) {
+                rs__aq_fail(as, rq, rs__fail(c, RS_ECONN, "still redirected after %ld ms (%s)",
+                                             c->timeout_ms, r->str));
+                return 0;
+            }
+            rq->ask = ask ? (unsigned char)(to + 1) : 0;
+            rs__aq_want_send(as, rq, rq->op);
             return 0;
         }
         if (rs__is_transient(r)) {
@@ -199,7 +293,7 @@ static int on_reply(rs_async_t *as, rs_request_t *rq, redisReply *r)
             rs__topo_changed(c);
             rq->resent = 1;
             rs__aq_want_send(as, rq, rq->op);
-            rs__aq_conn_broken(as); /* the replies still owed come to nobody: resend them */
+            rs__aq_conn_broken(as, cn); /* the replies still owed come to nobody: resend them */
             return 0;
         }
         rs__aq_fail(as, rq, rs__reply_error(c, r));
@@ -298,15 +392,15 @@ static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long l
     rs__aq_to_wait(as, rq, until < rq->deadline_ns ? until : rq->deadline_ns);
 }
 
-/* WAIT's reply r: the kept acquiring reply is decided with its count. */
-static void on_wait(rs_async_t *as, redisReply *r)
+/* WAIT's reply r on cn: the kept acquiring reply is decided with its count. */
+static void on_wait(rs_async_t *as, rs_aconn_t *cn, redisReply *r)
 {
-    rs_request_t *rq = as->confirm_rq;
-    redisReply *kept = as->confirm_r;
+    rs_request_t *rq = cn->confirm_rq;
+    redisReply *kept = cn->confirm_r;
     if (!rq) /* its call met an error (NOSCRIPT...): decided already */
         return;
-    as->confirm_rq = NULL;
-    as->confirm_r = NULL;
+    cn->confirm_rq = NULL;
+    cn->confirm_r = NULL;
     long long acked = -1;
     if (r->type == REDIS_REPLY_INTEGER)
         acked = r->integer;
@@ -317,36 +411,89 @@ static void on_wait(rs_async_t *as, redisReply *r)
     freeReplyObject(kept);
 }
 
-void rs__aq_read(rs_async_t *as)
+/* Reads and handles the replies that arrived on cn. */
+static void aq_read(rs_async_t *as, rs_aconn_t *cn)
 {
-    if (rs__tp_fill(as->ctx, 1) < 0) {
-        rs__aq_conn_broken(as);
+    if (rs__tp_fill(cn->ctx, 1) < 0) {
+        rs__aq_conn_broken(as, cn);
         return;
     }
     for (;;) {
         void *r = NULL;
-        if (redisGetReplyFromReader(as->ctx, &r) != REDIS_OK) {
-            rs__aq_conn_broken(as);
+        if (redisGetReplyFromReader(cn->ctx, &r) != REDIS_OK) {
+            rs__aq_conn_broken(as, cn);
             return;
         }
         if (!r)
             return;
-        if (as->rcount == 0) { /* a reply nobody asked for: the stream is not ours */
+        if (cn->rcount == 0) { /* a reply nobody asked for: the stream is not ours */
             freeReplyObject(r);
-            rs__aq_conn_broken(as);
+            rs__aq_conn_broken(as, cn);
             return;
         }
-        rs_request_t *rq = ring_pop(as);
-        as->progress_ns = rs__now_ns();
+        rs_request_t *rq = ring_pop(cn);
+        cn->progress_ns = rs__now_ns();
         int kept = 0;
         if (rq == &wait_mark)
-            on_wait(as, r);
+            on_wait(as, cn, r);
         else if (rq && rq->st == ST_FLIGHT)
-            kept = on_reply(as, rq, r);
+            kept = on_reply(as, cn, rq, r);
         if (!kept)
             freeReplyObject(r);
-        if (!as->ctx)
+        if (!cn->ctx)
             return;
     }
 }
 
+int rs__aq_poll(rs_async_t *as, uint64_t due)
+{
+    rs_client_t *c = as->c;
+    uint64_t tmo = (uint64_t)c->timeout_ms * RS_NS_PER_MS;
+    struct pollfd p[1 + RS_NODES_MAX];
+    rs_aconn_t *pc[1 + RS_NODES_MAX];
+    int np = 1, pending = 0;
+    p[0] = (struct pollfd){as->wfd, POLLIN, 0};
+    for (int i = 0; i < as->ncn; i++) {
+        rs_aconn_t *cn = &as->cn[i];
+        if (!cn->ctx)
+            continue;
+        if (cn->rcount > 0 && cn->progress_ns + tmo < due)
+            due = cn->progress_ns + tmo;
+        pending |= rs__tp_pending(cn->ctx);
+        p[np] = (struct pollfd){cn->ctx->fd, POLLIN, 0};
+        pc[np++] = cn;
+    }
+    uint64_t now = rs__now_ns();
+    int timeout = -1;
+    if (pending)
+        timeout = 0;
+    else if (due != RS_NO_DEADLINE)
+        timeout = due <= now ? 0 : (int)((due - now + RS_NS_PER_MS - 1) / RS_NS_PER_MS);
+    if (timeout > 1000)
+        timeout = 1000;
+    int n = poll(p, (nfds_t)np, timeout);
+    if (n < 0 && errno != EINTR)
+        rs__sleep_ns(RS_NS_PER_MS);
+    if (n < 0)
+        for (int j = 0; j < np; j++)
+            p[j].revents = 0;
+    if (p[0].revents)
+        rs__aq_drain(as->wfd);
+    for (int j = 1; j < np; j++)
+        if (pc[j]->ctx && (p[j].revents || rs__tp_pending(pc[j]->ctx)))
+            aq_read(as, pc[j]);
+    for (int i = 0; i < as->ncn; i++) {
+        rs_aconn_t *cn = &as->cn[i];
+        if (cn->ctx && cn->rcount > 0 && rs__now_ns() >= cn->progress_ns + tmo)
+            /* first what came while this process could not run (SIGSTOP, a paused VM, a poll
+             * that returned just before): those replies are progress, not a stall */
+            aq_read(as, cn);
+        if (cn->ctx && cn->rcount > 0 && rs__now_ns() >= cn->progress_ns + tmo) {
+            /* replies owed and none for timeout_ms: a stalled server or a silent network */
+            rs__log(c, RS_LOG_WARN, "event-loop connection: no reply for %ld ms; "
+                    "reconnecting", c->timeout_ms);
+            rs__aq_conn_broken(as, cn);
+        }
+    }
+    return p[0].revents != 0;
+}

@@ -382,6 +382,11 @@ void rs__notify_poke_locked(rs_waiter_t *w, int wake);
  * listens on the sharded channel of key's hash tag, subscribing (SSUBSCRIBE on the master of
  * its slot) and waiting for the confirmation if need be. 0 or an error (lasterror set). */
 int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen);
+/* The same for a callback waiter (rs__notify_add; lib/async.c's requests), which must not
+ * block: the subscription is started, never waited for; rs__notify_shard_ready says when
+ * it stands (and homes the channel once the map knows its slot). 0 or an error. */
+int rs__notify_shard_add(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen);
+int rs__notify_shard_ready(rs_client_t *c, rs_waiter_t *w); /* 1: confirmed (or none) */
 /* Before w sleeps: 1 if its channel had to move to the slot's current master (the caller
  * retries at once: a wake-up published before the move may be lost), 0 if it stands, or an
  * error. */

@@ -61,9 +61,10 @@ enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
 
 /* A request: one allocation, sized to fit, and all a pending request costs beyond the
  * client's per-request slots (bench/async/async.c prints it; docs/performance.md): 480
- * bytes from malloc for an rs_mutex_acquire_async with a 13-byte name, of which 406 of
- * record (136 its queue-entry lease, 96 its callback waiter, 174 the rest), 64 of strings
- * (a 38-byte acquisition id, the 24-byte main key, their NULs), 10 of malloc's header and
+ * bytes from malloc for an rs_mutex_acquire_async with a 13-byte name, of which 407 of
+ * record (136 its queue-entry lease, 96 its callback waiter, 175 the rest, of which the
+ * Cluster's ASK byte), 64 of strings (a 38-byte acquisition id, the 24-byte main key, their
+ * NULs), 9 of malloc's header and
  * rounding (a longer name or id can cross into the next 16-byte step).
  *
  * The block starts with the request's queue-entry lease, so the lease costs no allocation
@@ -123,11 +124,29 @@ struct rs_request {
     unsigned char final : 1, qleased : 1, queued : 1, registered : 1, resent : 1, lost : 1,
         in_send : 1;
     unsigned char pub, in_woken, in_cancel;                 /* under as->mu: one byte each */
+    unsigned char ask;  /* the I/O thread's: an ASK's node + 1, for the next send only */
     char str[]; /* acqid, then nextra extras, then (RQ_ACQ) the main key: NUL-terminated */
 };
 _Static_assert(ST_UNDO < 8 && OP_GET < 8, "st and op are 3-bit fields of rs_request");
 /* A live request's client's async state (no pointer of its own in the record) */
 #define RS_RQ_AS(rq) atomic_load(&(rq)->ql.c->as)
+
+/* One pipelined connection of the I/O thread (async_wire.c): to the master outside Cluster
+ * (cn[0]), to one node of the cluster table in Cluster (cn[node]). */
+typedef struct rs_aconn {
+    redisContext *ctx;
+    rs_request_t **ring;       /* requests whose replies are owed, in order (NULL: a reply
+                                  nobody decodes: SCRIPT LOAD, ASKING, the write before WAIT) */
+    size_t rhead, rcount, rcap;
+    uint64_t progress_ns;      /* replies are owed: the last one came (or the first was
+                                  asked for) then; timeout_ms without one is a stall */
+    uint64_t next_dial_ns;     /* a failed dial: not before then again */
+    /* min_replicas > 0: the acquiring call whose reply waits for its WAIT's (async_wire.c) */
+    rs_request_t *confirm_rq;
+    redisReply *confirm_r;
+    int node;                  /* cluster: its index in the node table; else -1 */
+    int flush;                 /* appended to since the last flush (async_wire.c's) */
+} rs_aconn_t;
 
 typedef struct rs_async {
     rs_client_t *c;
@@ -141,16 +160,12 @@ typedef struct rs_async {
     rs_theap_t heap;
     int nlive;
     rs_request_t *live, *sendq, *sendq_tail, *subq, *subq_tail, *batch, *batch_tail;
-    redisContext *ctx;
-    rs_request_t **ring;       /* requests whose replies are owed, in order (NULL: SCRIPT LOAD) */
-    size_t rhead, rcount, rcap;
-    uint64_t progress_ns;      /* replies are owed: the last one came (or the first was
-                                  asked for) then; timeout_ms without one is a stall */
-    uint64_t next_dial_ns, drain_end_ns;
+    rs_aconn_t cn[RS_NODES_MAX]; /* the connections (async_wire.c): cn[0] outside Cluster */
+    int ncn;                     /* cn[0..ncn) have been used */
+    uint64_t next_dial_ns;     /* when the send queue is to be sent again: 0 after a new
+                                  send, 50 ms on when a request found no connection */
+    uint64_t drain_end_ns;
     int draining;
-    /* min_replicas > 0: the acquiring call whose reply waits for its WAIT's (async_wire.c) */
-    rs_request_t *confirm_rq;
-    redisReply *confirm_r;
 } rs_async_t;
 
 void rs__aq_poke(int fd);
@@ -181,9 +196,13 @@ void rs__aq_to_wait(rs_async_t *as, rs_request_t *rq, uint64_t until);
 void rs__aq_give_up(rs_async_t *as, rs_request_t *rq);
 void *rs__aq_main(void *arg); /* the I/O thread */
 /* async_wire.c */
-void rs__aq_conn_broken(rs_async_t *as);
+void rs__aq_conn_broken(rs_async_t *as, rs_aconn_t *cn);
+void rs__aq_conns_free(rs_async_t *as); /* closes every connection, frees the rings */
+/* The I/O thread's wait: polls wfd and every connection until due (RS_NO_DEADLINE: none;
+ * at most a second) or the nearest stall; reads what came, and reconnects a connection that
+ * stalled. 1 if wfd was readable. */
+int rs__aq_poll(rs_async_t *as, uint64_t due);
 void rs__aq_flush(rs_async_t *as); /* dials if need be, sends the send queue */
-void rs__aq_read(rs_async_t *as);  /* reads and handles the replies that arrived */
 
 /* rs_client_close: stops the I/O thread after leaving Redis' queues (pending requests are
  * cancelled there, grants that raced are released); rs__async_finish, after the holds are

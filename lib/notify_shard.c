@@ -336,29 +336,38 @@ static void evict_locked(rs_client_t *c)
     }
 }
 
-int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen)
+/* The channel of key's hash tag for our public id into chan (room RS_SHARD_CHAN_MAX):
+ * its length, or 0 with lasterror set. */
+#define RS_SHARD_CHAN_MAX (RS_PREFIX_MAX + 2 * RS_NAME_MAX + 64)
+static size_t shard_channel(rs_client_t *c, const char *key, size_t klen, char *chan)
 {
     /* the channel: key up to the end of its hash tag, ":w:", our public id */
     const char *open = memchr(key, '{', klen);
     const char *close = open ? memchr(open + 1, '}', klen - (size_t)(open + 1 - key)) : NULL;
-    if (!close)
-        return rs__fail(c, EINVAL, "key %.*s has no hash tag", (int)klen, key);
+    if (!close) {
+        rs__fail(c, EINVAL, "key %.*s has no hash tag", (int)klen, key);
+        return 0;
+    }
     size_t tl = (size_t)(close + 1 - key);
-    char chan[RS_PREFIX_MAX + 2 * RS_NAME_MAX + 64];
-    int n = snprintf(chan, sizeof chan, "%.*s:w:%s", (int)tl, key, c->public_id);
-    if (n < 0 || (size_t)n >= sizeof chan)
-        return rs__fail(c, EINVAL, "sharded channel name too long");
-    size_t len = (size_t)n;
+    int n = snprintf(chan, RS_SHARD_CHAN_MAX, "%.*s:w:%s", (int)tl, key, c->public_id);
+    if (n < 0 || (size_t)n >= RS_SHARD_CHAN_MAX) {
+        rs__fail(c, EINVAL, "sharded channel name too long");
+        return 0;
+    }
+    return (size_t)n;
+}
 
-    pthread_mutex_lock(&c->nt.mu);
+/* w listens on channel chan from now on (created if need be: *fresh set). nt.mu held. */
+static struct rs_shard *shard_join_locked(rs_client_t *c, rs_waiter_t *w, const char *chan,
+                                          size_t len, int *fresh)
+{
     struct rs_shard *s = shard_find(c, chan, len);
-    int fresh = !s;
-    if (fresh) {
+    *fresh = !s;
+    if (*fresh) {
         s = calloc(1, sizeof *s);
         if (!s || !(s->channel = malloc(len + 1))) {
             free(s);
-            pthread_mutex_unlock(&c->nt.mu);
-            return rs__fail(c, ENOMEM, "out of memory");
+            return NULL;
         }
         memcpy(s->channel, chan, len + 1);
         s->len = len;
@@ -371,8 +380,25 @@ int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size
     s->waiting++;
     s->used = ++c->nt.shard_tick;
     w->shard = s;
-    if (fresh)
+    if (*fresh)
         evict_locked(c);
+    return s;
+}
+
+int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen)
+{
+    char chan[RS_SHARD_CHAN_MAX];
+    size_t len = shard_channel(c, key, klen, chan);
+    if (!len)
+        return EINVAL;
+
+    pthread_mutex_lock(&c->nt.mu);
+    int fresh;
+    struct rs_shard *s = shard_join_locked(c, w, chan, len, &fresh);
+    if (!s) {
+        pthread_mutex_unlock(&c->nt.mu);
+        return rs__fail(c, ENOMEM, "out of memory");
+    }
     int owner = rs__cluster_node_of(c, chan, len);
     if (owner < 0)
         owner = s->node; /* unknown slot (not seen yet): where it is, if anywhere */
@@ -409,6 +435,40 @@ int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size
         s->moved = 1; /* a waiter that comes later and finds it still pending retries then */
     pthread_mutex_unlock(&c->nt.mu);
     return rc;
+}
+
+int rs__notify_shard_add(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen)
+{
+    char chan[RS_SHARD_CHAN_MAX];
+    size_t len = shard_channel(c, key, klen, chan);
+    if (!len)
+        return EINVAL;
+    pthread_mutex_lock(&c->nt.mu);
+    int fresh;
+    struct rs_shard *s = shard_join_locked(c, w, chan, len, &fresh);
+    if (!s) {
+        pthread_mutex_unlock(&c->nt.mu);
+        return rs__fail(c, ENOMEM, "out of memory");
+    }
+    /* the confirmation pokes the channel's waiters (RS_WAKE_RETRY): that is how a callback
+     * waiter's thread learns that it stands */
+    int owner = rs__cluster_node_of(c, chan, len);
+    if (owner >= 0 && owner != s->node)
+        home_locked(c, s, owner, 1);
+    else if (!s->confirmed)
+        s->moved = 1;
+    /* an unknown slot: rs__notify_shard_ready homes it once the map knows it */
+    pthread_mutex_unlock(&c->nt.mu);
+    return 0;
+}
+
+int rs__notify_shard_ready(rs_client_t *c, rs_waiter_t *w)
+{
+    rs__notify_shard_check(c, w);
+    pthread_mutex_lock(&c->nt.mu);
+    int ready = !w->shard || w->shard->confirmed;
+    pthread_mutex_unlock(&c->nt.mu);
+    return ready;
 }
 
 int rs__notify_shard_check(rs_client_t *c, rs_waiter_t *w)
