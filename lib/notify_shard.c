@@ -385,21 +385,34 @@ static struct rs_shard *shard_join_locked(rs_client_t *c, rs_waiter_t *w, const 
     return s;
 }
 
-int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen)
+/* Joins w to the sharded channel of key (written to chan, *len): *sp the channel's record,
+ * *fresh whether it was made now, *owner the master of its slot (-1: unknown yet). 0 with
+ * nt.mu held, or EINVAL / ENOMEM with it released. */
+static int shard_join(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen, char *chan,
+                      size_t *len, struct rs_shard **sp, int *fresh, int *owner)
 {
-    char chan[RS_SHARD_CHAN_MAX];
-    size_t len = shard_channel(c, key, klen, chan);
-    if (!len)
+    *len = shard_channel(c, key, klen, chan);
+    if (!*len)
         return EINVAL;
-
     pthread_mutex_lock(&c->nt.mu);
-    int fresh;
-    struct rs_shard *s = shard_join_locked(c, w, chan, len, &fresh);
-    if (!s) {
+    *sp = shard_join_locked(c, w, chan, *len, fresh);
+    if (!*sp) {
         pthread_mutex_unlock(&c->nt.mu);
         return rs__fail(c, ENOMEM, "out of memory");
     }
-    int owner = rs__cluster_node_of(c, chan, len);
+    *owner = rs__cluster_node_of(c, chan, *len);
+    return 0;
+}
+
+int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen)
+{
+    char chan[RS_SHARD_CHAN_MAX];
+    size_t len;
+    struct rs_shard *s;
+    int fresh, owner;
+    int rc = shard_join(c, w, key, klen, chan, &len, &s, &fresh, &owner);
+    if (rc != 0)
+        return rc;
     if (owner < 0)
         owner = s->node; /* unknown slot (not seen yet): where it is, if anywhere */
     if (owner < 0) {
@@ -410,7 +423,6 @@ int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size
         home_locked(c, s, owner, !fresh);
     else if (!fresh && !s->confirmed)
         s->moved = 1; /* being subscribed (again): retry once it is, we do not wait for it */
-    int rc = 0;
     uint64_t until = rs__now_ns() + (uint64_t)c->timeout_ms * RS_NS_PER_MS;
     while (fresh && !s->confirmed && !c->nt.stop && !atomic_load(&c->closing)) {
         if (c->nt.error[0]) {
@@ -440,19 +452,14 @@ int rs__notify_shard_begin(rs_client_t *c, rs_waiter_t *w, const char *key, size
 int rs__notify_shard_add(rs_client_t *c, rs_waiter_t *w, const char *key, size_t klen)
 {
     char chan[RS_SHARD_CHAN_MAX];
-    size_t len = shard_channel(c, key, klen, chan);
-    if (!len)
-        return EINVAL;
-    pthread_mutex_lock(&c->nt.mu);
-    int fresh;
-    struct rs_shard *s = shard_join_locked(c, w, chan, len, &fresh);
-    if (!s) {
-        pthread_mutex_unlock(&c->nt.mu);
-        return rs__fail(c, ENOMEM, "out of memory");
-    }
+    size_t len;
+    struct rs_shard *s;
+    int fresh, owner;
+    int rc = shard_join(c, w, key, klen, chan, &len, &s, &fresh, &owner);
+    if (rc != 0)
+        return rc;
     /* the confirmation pokes the channel's waiters (RS_WAKE_RETRY): that is how a callback
      * waiter's thread learns that it stands */
-    int owner = rs__cluster_node_of(c, chan, len);
     if (owner >= 0 && owner != s->node)
         home_locked(c, s, owner, 1);
     else if (!s->confirmed)
