@@ -141,59 +141,12 @@ Test(async, grant_then_release_elsewhere)
 #define NAMES 20
 #define PER 100
 
-typedef struct fifo_ctx {
-    rs_client_t *c;
-    redisContext *check;    /* the fenced counter's own connection */
-    int active[NAMES];      /* a hold of the name is out */
-    int next_seq[NAMES];    /* the sequence number the next grant of the name must carry */
-    int granted, errors, overlaps, disorder, fence_refused, released, rel_errors;
-    int ran[NAMES * PER];
-} fifo_ctx_t;
-
-typedef struct fifo_req {
-    fifo_ctx_t *x;
-    int name, seq;
-} fifo_req_t;
-
-static const char FENCE_LUA[] =
-    "local v = tonumber(redis.call('GET', KEYS[1]) or '0') "
-    "if tonumber(ARGV[1]) > v then redis.call('SET', KEYS[1], ARGV[1]) "
-    "redis.call('INCR', KEYS[2]) return 1 end return 0";
-
-static void fifo_released(int rc, rs_hold_t *hold, void *arg)
+/* every name's store is the test's one connection, keys fence:N and count:N */
+static redisContext *one_store(fifo_t *x, int name, char *fk, char *ck, size_t len)
 {
-    fifo_ctx_t *x = arg;
-    (void)hold;
-    x->released++;
-    if (rc)
-        x->rel_errors++;
-}
-
-static void fifo_done(int rc, rs_hold_t *hold, void *arg)
-{
-    fifo_req_t *r = arg;
-    fifo_ctx_t *x = r->x;
-    x->ran[r->name * PER + r->seq]++;
-    if (rc) {
-        x->errors++;
-        return;
-    }
-    x->granted++;
-    if (x->active[r->name])
-        x->overlaps++;
-    if (r->seq != x->next_seq[r->name])
-        x->disorder++;
-    x->next_seq[r->name] = r->seq + 1;
-    x->active[r->name] = 1;
-    redisReply *rep = redisCommand(x->check, "EVAL %s 2 fence:%d count:%d %llu", FENCE_LUA,
-                                   r->name, r->name, (unsigned long long)rs_hold_fence(hold));
-    if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer != 1)
-        x->fence_refused++;
-    if (rep)
-        freeReplyObject(rep);
-    x->active[r->name] = 0; /* handed back: the next grant may come */
-    if (rs_hold_release_async(hold, fifo_released, x) != 0)
-        x->rel_errors++;
+    snprintf(fk, len, "fence:%d", name);
+    snprintf(ck, len, "count:%d", name);
+    return x->arg;
 }
 
 Test(async, fifo_2000_over_20_names)
@@ -202,11 +155,13 @@ Test(async, fifo_2000_over_20_names)
     tu_start_server(&s);
     rs_client_t *c = tu_open_client(&s, 5000, 0, NULL);
     rs_client_t *blocker = tu_open_client(&s, 5000, 0, NULL);
-    static fifo_ctx_t x;
+    static fifo_t x;
     memset(&x, 0, sizeof x);
-    x.c = c;
-    x.check = ts_connect(&s);
-    cr_assert_not_null(x.check);
+    x.names = NAMES;
+    x.per = PER;
+    x.store = one_store;
+    x.arg = ts_connect(&s);
+    cr_assert_not_null(x.arg);
     rs_mutex_t *m[NAMES], *bm[NAMES];
     rs_hold_t *bh[NAMES];
     char name[32];
@@ -227,16 +182,7 @@ Test(async, fifo_2000_over_20_names)
     cr_assert_eq(rs_hold_release(warm.hold), 0);
     int before = threads_now();
 
-    static fifo_req_t rq[NAMES * PER];
-    for (int seq = 0; seq < PER; seq++)
-        for (int n = 0; n < NAMES; n++) {
-            fifo_req_t *r = &rq[n * PER + seq];
-            r->x = &x;
-            r->name = n;
-            r->seq = seq;
-            cr_assert_eq(rs_mutex_acquire_async(m[n], NULL, fifo_done, r, &req), 0, "%s",
-                         rs_client_lasterror(c));
-        }
+    fifo_submit(&x, m, c);
     for (int n = 0; n < NAMES; n++) {
         snprintf(name, sizeof name, "acct%d", n);
         cr_assert(tu_wait_zcard(&s, "mutex", name, PER, 20000), "%s: not all queued (%lld)",
@@ -249,23 +195,14 @@ Test(async, fifo_2000_over_20_names)
         cr_assert_eq(rs_hold_release(bh[i]), 0);
     cr_assert(loop_until(c, &x.released, NAMES * PER, 60000), "granted %d released %d errors %d",
               x.granted, x.released, x.errors);
-    cr_expect_eq(x.granted, NAMES * PER);
-    cr_expect_eq(x.errors, 0);
-    cr_expect_eq(x.overlaps, 0);
-    cr_expect_eq(x.disorder, 0, "grants out of FIFO order");
-    cr_expect_eq(x.fence_refused, 0, "a fencing token did not rise");
-    cr_expect_eq(x.rel_errors, 0);
-    for (int i = 0; i < NAMES * PER; i++)
-        cr_expect_eq(x.ran[i], 1, "request %d: done ran %d times", i, x.ran[i]);
-    for (int n = 0; n < NAMES; n++)
-        cr_expect_eq(ts_cmd_int(&s, "GET count:%d", n), PER);
+    fifo_expect_all(&x);
     cr_expect_eq(threads_now(), before);
     for (int i = 0; i < NAMES; i++) {
         cr_expect_eq(rs_mutex_destroy(m[i]), 0);
         cr_expect_eq(rs_mutex_destroy(bm[i]), 0);
     }
     rs_mutex_destroy(wm);
-    redisFree(x.check);
+    redisFree(x.arg);
     rs_client_close(blocker);
     rs_client_close(c);
     ts_server_stop(&s);

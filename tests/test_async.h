@@ -1,7 +1,8 @@
 /*
- * test_async.h - what the event-loop API's tests share (test_async.c, test_async_modes.c):
- * an epoll loop on rs_client_fd that dispatches until a count is reached, and a tally of
- * acquisitions whose holds must come one after the other.
+ * test_async.h - what the event-loop API's tests share (test_async*.c): an epoll loop on
+ * rs_client_fd that dispatches until a count is reached, a tally of acquisitions whose holds
+ * must come one after the other, and the FIFO check over many names (fifo_t: one server in
+ * test_async.c, three masters in test_async_cluster.c).
  */
 #ifndef RS_TEST_ASYNC_H
 #define RS_TEST_ASYNC_H
@@ -9,10 +10,12 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <hiredis/hiredis.h>
 
 #include "redisync.h"
 #include "test_util.h"
@@ -135,6 +138,114 @@ static inline void many_done(int rc, rs_hold_t *hold, void *arg)
         t->canceled++;
     } else {
         t->other++;
+    }
+}
+
+/* ---- FIFO over many names: per requests pending on each of names mutexes, each grant
+ * checked in order, never overlapping, its fencing token taken by a store (a Lua compare
+ * and set on the name's own keys, on the connection and keys x->store gives), then released
+ * without blocking --------------------------------------------------------------------- */
+#define FIFO_NAMES_MAX 20
+#define FIFO_PER_MAX 100
+
+typedef struct fifo fifo_t;
+typedef struct fifo_req {
+    fifo_t *x;
+    int name, seq;
+} fifo_req_t;
+struct fifo {
+    /* name's store: the connection, and its fence and count keys written to fk, ck */
+    redisContext *(*store)(fifo_t *x, int name, char *fk, char *ck, size_t len);
+    void *arg;
+    int names, per;
+    int active[FIFO_NAMES_MAX];   /* a hold of the name is out */
+    int next_seq[FIFO_NAMES_MAX]; /* the sequence number the next grant of the name must carry */
+    int granted, errors, overlaps, disorder, fence_refused, released, rel_errors, last_rc;
+    int ran[FIFO_NAMES_MAX * FIFO_PER_MAX];
+    fifo_req_t rq[FIFO_NAMES_MAX * FIFO_PER_MAX];
+};
+
+static inline void fifo_released(int rc, rs_hold_t *hold, void *arg)
+{
+    fifo_t *x = arg;
+    (void)hold;
+    x->released++;
+    if (rc)
+        x->rel_errors++;
+}
+
+static inline void fifo_done(int rc, rs_hold_t *hold, void *arg)
+{
+    static const char fence_lua[] =
+        "local v = tonumber(redis.call('GET', KEYS[1]) or '0') "
+        "if tonumber(ARGV[1]) > v then redis.call('SET', KEYS[1], ARGV[1]) "
+        "redis.call('INCR', KEYS[2]) return 1 end return 0";
+    fifo_req_t *r = arg;
+    fifo_t *x = r->x;
+    x->ran[r->name * x->per + r->seq]++;
+    if (rc) {
+        x->errors++;
+        x->last_rc = rc;
+        return;
+    }
+    x->granted++;
+    if (x->active[r->name])
+        x->overlaps++;
+    if (r->seq != x->next_seq[r->name])
+        x->disorder++;
+    x->next_seq[r->name] = r->seq + 1;
+    x->active[r->name] = 1;
+    char fk[128], ck[128];
+    redisContext *store = x->store(x, r->name, fk, ck, sizeof fk);
+    redisReply *rep = redisCommand(store, "EVAL %s 2 %s %s %llu", fence_lua, fk, ck,
+                                   (unsigned long long)rs_hold_fence(hold));
+    if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer != 1)
+        x->fence_refused++;
+    if (rep)
+        freeReplyObject(rep);
+    x->active[r->name] = 0; /* handed back: the next grant may come */
+    if (rs_hold_release_async(hold, fifo_released, x) != 0)
+        x->rel_errors++;
+}
+
+/* Sends every request: sequence number by sequence number, name by name. */
+static inline void fifo_submit(fifo_t *x, rs_mutex_t **m, rs_client_t *c)
+{
+    cr_assert(x->names <= FIFO_NAMES_MAX && x->per <= FIFO_PER_MAX);
+    rs_request_t *req;
+    for (int seq = 0; seq < x->per; seq++)
+        for (int n = 0; n < x->names; n++) {
+            fifo_req_t *r = &x->rq[n * x->per + seq];
+            r->x = x;
+            r->name = n;
+            r->seq = seq;
+            cr_assert_eq(rs_mutex_acquire_async(m[n], NULL, fifo_done, r, &req), 0, "%s",
+                         rs_client_lasterror(c));
+        }
+}
+
+/* Once every request was released: each granted once, in order, never two at once, every
+ * token taken by the store (per of them for each name). */
+static inline void fifo_expect_all(fifo_t *x)
+{
+    int all = x->names * x->per;
+    cr_expect_eq(x->granted, all);
+    cr_expect_eq(x->errors, 0, "last error %d", x->last_rc);
+    cr_expect_eq(x->overlaps, 0);
+    cr_expect_eq(x->disorder, 0, "grants out of FIFO order");
+    cr_expect_eq(x->fence_refused, 0, "a fencing token did not rise");
+    cr_expect_eq(x->rel_errors, 0);
+    for (int i = 0; i < all; i++)
+        cr_expect_eq(x->ran[i], 1, "request %d: done ran %d times", i, x->ran[i]);
+    for (int n = 0; n < x->names; n++) {
+        char fk[128], ck[128];
+        redisContext *store = x->store(x, n, fk, ck, sizeof fk);
+        redisReply *rep = redisCommand(store, "GET %s", ck);
+        cr_expect(rep && rep->type == REDIS_REPLY_STRING && atoi(rep->str) == x->per,
+                  "name %d: %s tokens taken, not %d", n, rep && rep->str ? rep->str : "no",
+                  x->per);
+        if (rep)
+            freeReplyObject(rep);
     }
 }
 

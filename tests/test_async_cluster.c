@@ -140,98 +140,50 @@ static void pick_names(const acl_env_t *e, char (*names)[16], int per)
 #define NNAMES (3 * PERNODE)
 #define PER 20
 
-static const char FENCE_LUA[] =
-    "local v = tonumber(redis.call('GET', KEYS[1]) or '0') "
-    "if tonumber(ARGV[1]) > v then redis.call('SET', KEYS[1], ARGV[1]) "
-    "redis.call('INCR', KEYS[2]) return 1 end return 0";
-
-typedef struct fifo {
+typedef struct fifo_nodes {
     acl_env_t *e;
     redisContext *check[3];
     char names[NNAMES][16];
     int owner[NNAMES];
-    int active[NNAMES], next_seq[NNAMES];
-    int granted, errors, overlaps, disorder, fence_refused, released, rel_errors, last_rc;
-    int ran[NNAMES * PER];
-} fifo_t;
+} fifo_nodes_t;
 
-typedef struct fifo_req {
-    fifo_t *x;
-    int name, seq;
-} fifo_req_t;
-
-static void fifo_released(int rc, rs_hold_t *hold, void *arg)
+/* a name's store is on its own master, in its slot: PREFIX:{NAME}:tfence, :tcount */
+static redisContext *node_store(fifo_t *x, int name, char *fk, char *ck, size_t len)
 {
-    fifo_t *x = arg;
-    (void)hold;
-    x->released++;
-    if (rc)
-        x->rel_errors++;
-}
-
-static void fifo_done(int rc, rs_hold_t *hold, void *arg)
-{
-    fifo_req_t *r = arg;
-    fifo_t *x = r->x;
-    x->ran[r->name * PER + r->seq]++;
-    if (rc) {
-        x->errors++;
-        x->last_rc = rc;
-        return;
-    }
-    x->granted++;
-    if (x->active[r->name])
-        x->overlaps++;
-    if (r->seq != x->next_seq[r->name])
-        x->disorder++;
-    x->next_seq[r->name] = r->seq + 1;
-    x->active[r->name] = 1;
-    const char *nm = x->names[r->name];
-    const char *p = x->e->prefix;
-    redisReply *rep = redisCommand(x->check[x->owner[r->name]],
-                                   "EVAL %s 2 %s:{%s}:tfence %s:{%s}:tcount %llu", FENCE_LUA, p,
-                                   nm, p, nm, (unsigned long long)rs_hold_fence(hold));
-    if (!rep || rep->type != REDIS_REPLY_INTEGER || rep->integer != 1)
-        x->fence_refused++;
-    if (rep)
-        freeReplyObject(rep);
-    x->active[r->name] = 0;
-    if (rs_hold_release_async(hold, fifo_released, x) != 0)
-        x->rel_errors++;
+    fifo_nodes_t *f = x->arg;
+    snprintf(fk, len, "%s:{%s}:tfence", f->e->prefix, f->names[name]);
+    snprintf(ck, len, "%s:{%s}:tcount", f->e->prefix, f->names[name]);
+    return f->check[f->owner[name]];
 }
 
 Test(async_cluster, fifo_across_nodes)
 {
     static acl_env_t e;
     env_start(&e);
+    static fifo_nodes_t f;
     static fifo_t x;
+    memset(&f, 0, sizeof f);
     memset(&x, 0, sizeof x);
-    x.e = &e;
-    pick_names(&e, x.names, PERNODE);
+    f.e = &e;
+    x.names = NNAMES;
+    x.per = PER;
+    x.store = node_store;
+    x.arg = &f;
+    pick_names(&e, f.names, PERNODE);
     for (int i = 0; i < 3; i++)
-        cr_assert_not_null(x.check[i] = ts_connect(&e.nodes[i]));
+        cr_assert_not_null(f.check[i] = ts_connect(&e.nodes[i]));
     rs_client_t *c = env_client(&e, 5000), *blocker = env_client(&e, 5000);
     rs_mutex_t *m[NNAMES], *bm[NNAMES];
     rs_hold_t *bh[NNAMES];
     for (int i = 0; i < NNAMES; i++) {
-        x.owner[i] = owner_of(&e, x.names[i]);
-        cr_assert_eq(rs_mutex_init(&m[i], c, x.names[i]), 0);
-        cr_assert_eq(rs_mutex_init(&bm[i], blocker, x.names[i]), 0);
+        f.owner[i] = owner_of(&e, f.names[i]);
+        cr_assert_eq(rs_mutex_init(&m[i], c, f.names[i]), 0);
+        cr_assert_eq(rs_mutex_init(&bm[i], blocker, f.names[i]), 0);
         cr_assert_eq(rs_mutex_acquire(bm[i], NULL, &bh[i]), 0, "%s", rs_client_lasterror(blocker));
     }
-    static fifo_req_t rq[NNAMES * PER];
-    rs_request_t *req;
-    for (int seq = 0; seq < PER; seq++)
-        for (int n = 0; n < NNAMES; n++) {
-            fifo_req_t *r = &rq[n * PER + seq];
-            r->x = &x;
-            r->name = n;
-            r->seq = seq;
-            cr_assert_eq(rs_mutex_acquire_async(m[n], NULL, fifo_done, r, &req), 0, "%s",
-                         rs_client_lasterror(c));
-        }
+    fifo_submit(&x, m, c);
     for (int n = 0; n < NNAMES; n++)
-        wait_queued(&e, x.names[n], PER);
+        wait_queued(&e, f.names[n], PER);
     /* the wake-ups' sharded channels: one per name, on the name's master (without them a
      * waiter would only be served when its queue entry's renewal finds it granted) */
     for (int i = 0; i < 3; i++)
@@ -243,23 +195,13 @@ Test(async_cluster, fifo_across_nodes)
     cr_assert(loop_until(c, &x.released, NNAMES * PER, 60000),
               "granted %d released %d errors %d (last %d)", x.granted, x.released, x.errors,
               x.last_rc);
-    cr_expect_eq(x.granted, NNAMES * PER);
-    cr_expect_eq(x.errors, 0);
-    cr_expect_eq(x.overlaps, 0);
-    cr_expect_eq(x.disorder, 0, "grants out of FIFO order");
-    cr_expect_eq(x.fence_refused, 0, "a fencing token did not rise");
-    cr_expect_eq(x.rel_errors, 0);
-    for (int i = 0; i < NNAMES * PER; i++)
-        cr_expect_eq(x.ran[i], 1, "request %d: done ran %d times", i, x.ran[i]);
-    for (int n = 0; n < NNAMES; n++)
-        cr_expect_eq(ts_cmd_int(&e.nodes[x.owner[n]], "GET %s:{%s}:tcount", e.prefix,
-                                x.names[n]), PER);
+    fifo_expect_all(&x);
     for (int i = 0; i < NNAMES; i++) {
         cr_expect_eq(rs_mutex_destroy(m[i]), 0);
         cr_expect_eq(rs_mutex_destroy(bm[i]), 0);
     }
     for (int i = 0; i < 3; i++)
-        redisFree(x.check[i]);
+        redisFree(f.check[i]);
     rs_client_close(blocker);
     rs_client_close(c);
     ts_cluster_stop(e.nodes, e.n);
