@@ -9,6 +9,10 @@
  *                       the replica caught up, and becomes its replica)
  *   takeover_after_kill the master killed (SIGKILL) after WAIT saw its replica take every
  *                       queue entry, then CLUSTER FAILOVER TAKEOVER on the replica
+ *   failover_while_granting  the holds released, and CLUSTER FAILOVER sent once an eighth
+ *                       of the requests were granted: the grants and releases go on while
+ *                       the old master pauses its clients and hands over, so calls in
+ *                       flight meet the pause and then MOVED
  *
  * Both: every request granted exactly once, in FIFO order per name (the queues moved whole:
  * a manual failover waits for the replica's offset, the takeover follows WAIT), never two
@@ -44,8 +48,8 @@
 
 TestSuite(async_failover, .timeout = 180);
 
-#define NAMES 4
-#define PER 40
+#define NAMES 16
+#define PER 100
 #define LEASE_MS 3000
 #define TIMEOUT_MS 3000
 
@@ -201,8 +205,9 @@ static int port_serving(const ts_server_t *s, int slot)
     return port;
 }
 
-/* The slot of the names served by the replica, as every node that answers sees it. */
-static void wait_promoted(fo_env_t *e)
+/* The slot of the names served by the replica, as every node that answers sees it; with
+ * c, its completions dispatched meanwhile (x counts them). */
+static void wait_promoted_on(fo_env_t *e, rs_client_t *c, fifo_t *x)
 {
     int slot = slot_of(e, e->names[0]), all = 0;
     long long end = tu_mono_ms() + 30000;
@@ -212,14 +217,23 @@ static void wait_promoted(fo_env_t *e)
             int p = port_serving(&e->nodes[i], slot);
             all = p == e->nodes[e->replica].port || (p < 0 && i == e->master);
         }
-        if (!all)
+        if (!all && c)
+            loop_until(c, &x->released, x->names * x->per, 20);
+        else if (!all)
             tu_sleep_ms(20);
     }
     cr_assert(all, "the failover never happened (or not every node knows it)");
 }
 
-/* Releases the holds, serves every request, checks (see the top). */
-static void release_and_check(fo_env_t *e, fo_run_t *r, fifo_t *x, const char *what)
+static void wait_promoted(fo_env_t *e)
+{
+    wait_promoted_on(e, NULL, NULL);
+}
+
+/* Releases the holds, serves every request, checks (see the top); promote: called between
+ * the release and the serving (NULL: none). */
+static void release_and_check(fo_env_t *e, fo_run_t *r, fifo_t *x, const char *what,
+                              int promote)
 {
     long long t0 = tu_mono_ms();
     x->t_from_ms = t0;
@@ -227,6 +241,17 @@ static void release_and_check(fo_env_t *e, fo_run_t *r, fifo_t *x, const char *w
         int rc = rs_hold_release(r->bh[i]);
         cr_expect_eq(rc, 0, "%s: the blocker's release: %d %s", e->names[i], rc,
                      rs_client_lasterror(r->blocker));
+    }
+    if (promote) { /* the grants flow (dispatched) while the switch is made */
+        cr_assert(loop_until(r->c, &x->granted, NAMES * PER / 8, 20000));
+        int before = x->granted;
+        char buf[256];
+        cr_assert_not_null(ts_cmd_str(&e->nodes[e->replica], buf, sizeof buf,
+                                      "CLUSTER FAILOVER"));
+        wait_promoted_on(e, r->c, x);
+        cr_log_info("%s: node %d -> node %d; of %d requests %d granted when it was asked, %d "
+                    "when every node knew it", what, e->master, e->replica, NAMES * PER, before,
+                    x->granted);
     }
     cr_assert(loop_until(r->c, &x->released, NAMES * PER, 60000),
               "%s: granted %d released %d errors %d (last %d %s)", what, x->granted,
@@ -261,7 +286,7 @@ Test(async_failover, manual_failover)
     cr_assert_not_null(ts_cmd_str(&e.nodes[e.replica], buf, sizeof buf, "CLUSTER FAILOVER"));
     wait_promoted(&e);
     cr_log_info("CLUSTER FAILOVER: node %d -> node %d", e.master, e.replica);
-    release_and_check(&e, &r, &x, "manual failover");
+    release_and_check(&e, &r, &x, "manual failover", 0);
     env_stop(&e);
 }
 
@@ -280,6 +305,17 @@ Test(async_failover, takeover_after_kill)
                                   "CLUSTER FAILOVER TAKEOVER"));
     wait_promoted(&e);
     cr_log_info("master node %d killed, node %d took over", e.master, e.replica);
-    release_and_check(&e, &r, &x, "takeover");
+    release_and_check(&e, &r, &x, "takeover", 0);
+    env_stop(&e);
+}
+
+Test(async_failover, failover_while_granting)
+{
+    static fo_env_t e;
+    env_start(&e);
+    static fo_run_t r;
+    static fifo_t x;
+    queue_up(&e, &r, &x);
+    release_and_check(&e, &r, &x, "failover while granting", 1);
     env_stop(&e);
 }
