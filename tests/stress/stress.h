@@ -304,9 +304,8 @@ static inline void st_chaos_stop(void)
     st_chaos_on = 0;
 }
 
-/* The end of main(): checks that no library connection outlived the clients (I7: the
- * server counts one client, the connection asking), stops the server, prints a summary,
- * returns the exit status. Call it once every client is closed. */
+/* I7 on srv: no library connection outlived the clients (the server counts one client, the
+ * connection asking). */
 static inline void st_check_closed(ts_server_t *srv, const char *which)
 {
     long long n = -1;
@@ -320,6 +319,8 @@ static inline void st_check_closed(ts_server_t *srv, const char *which)
     }
 }
 
+/* The end of main(): I7 on the server (on every master under STRESS_CLUSTER), stops it,
+ * prints a summary, returns the exit status. Call it once every client is closed. */
 static inline int st_finish(ts_server_t *srv, long long started_ms)
 {
     if (st_cluster_on) {
