@@ -59,6 +59,9 @@
 #                     queue entries: rounds per period, write batches per round, renewals per
 #                     round, its duration against one PING (one batch a round: PASS)
 #                     (bench/async/async.c); ASYNC_ARGS='PAIRS PENDING'
+#   make bench-async-cluster  the same rows against a Cluster of three masters over
+#                     redis-cluster:// (redisync-bench-async --cluster; not part of make bench);
+#                     ASYNC_CLUSTER_ARGS='PAIRS PENDING'
 #
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
@@ -76,7 +79,7 @@ STORM_ARGS ?=
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
 .PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls \
-        bench-cluster bench-cond bench-fanout bench-async
+        bench-cluster bench-cond bench-fanout bench-async bench-async-cluster
 
 # The one-program benchmarks: bench/DIR/DIR.c builds BIN, which make bench-DIR runs with
 # $(ARGSVAR) (default DEFAULT). $(call small_bench,DIR,BIN,ARGSVAR,DEFAULT)
@@ -100,6 +103,10 @@ $(eval $(call small_bench,tls,$(BUILDDIR)/redisync-bench-tls,TLSB_ARGS,4000))
 $(eval $(call small_bench,cond,$(BUILDDIR)/redisync-bench-cond,COND_ARGS,300))
 $(eval $(call small_bench,fanout,$(BUILDDIR)/redisync-bench-fanout,FANOUT_ARGS,5 50))
 $(eval $(call small_bench,async,$(BUILDDIR)/redisync-bench-async,ASYNC_ARGS,20000 10000))
+ASYNC_CLUSTER_ARGS ?= 20000 10000
+bench-async-cluster: | deps
+	@$(MAKE) --no-print-directory $(BUILDDIR)/redisync-bench-async
+	$(BUILDDIR)/redisync-bench-async --cluster $(ASYNC_CLUSTER_ARGS)
 # bench-cluster draws build/bench/cluster.png with gnuplot when it is installed
 bench-cluster: | bench-chart-deps
 .PHONY: bench-chart-deps

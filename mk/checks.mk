@@ -10,11 +10,16 @@
 #                        path runs under TSan), scaled to TSAN_TLS_SCALE with leases of
 #                        TSAN_TLS_LEASE_MS (a TLS handshake under TSan can take most of a
 #                        300 ms lease: the holders' first renewal then comes too late).
+#                        Then a Cluster pass: STRESS_CLUSTER_NAMES again with STRESS_CLUSTER=1
+#                        (three masters, every client on redis-cluster://, so the event-loop
+#                        API's per-master pipelines and sharded wake-ups run under TSan),
+#                        scaled to TSAN_CLUSTER_SCALE.
 #   make check-valgrind  deps, then the same programs built plainly under build/valgrind/
 #                        (-O1 -g) and run under valgrind memcheck, scaled down (STRESS_SCALE):
 #                        fails on any memory error or definite/indirect leak (exit 99). Then
 #                        the same TLS pass, scaled to VALGRIND_TLS_SCALE with leases of
-#                        VALGRIND_TLS_LEASE_MS (TLS under valgrind is slower still).
+#                        VALGRIND_TLS_LEASE_MS (TLS under valgrind is slower still); and the
+#                        Cluster pass, scaled to VALGRIND_CLUSTER_SCALE.
 #   make fuzz            deps, then the libFuzzer targets (tests/fuzz/*.c) built under
 #                        build/fuzz/ with clang -fsanitize=fuzzer,address,undefined; each runs
 #                        FUZZ_SECONDS seconds from its seeds (tests/fuzz/corpus/NAME/) plus
@@ -23,6 +28,7 @@
 #                        build/fuzz/artifacts/ (replay: build/fuzz/fuzzers/NAME FILE).
 #
 # Knobs: CHECK_CC (clang), STRESS_TLS_NAMES, TSAN_TLS_SCALE (25), TSAN_TLS_LEASE_MS (1000),
+# STRESS_CLUSTER_NAMES (stress_async), TSAN_CLUSTER_SCALE (100), VALGRIND_CLUSTER_SCALE (25),
 # VALGRIND_TLS_SCALE (10),
 # VALGRIND_TLS_LEASE_MS (1000), STRESS_TIMEOUT (seconds per stress program, 600), VALGRIND_SCALE
 # (percent of the stress iterations under valgrind, 25), VALGRIND_LEASE_MS (500: valgrind
@@ -42,6 +48,9 @@
 # The TLS pass (STRESS_TLS_NAMES: the mutex, whose handoffs cross the subscriber and the pool,
 # and close, which joins every thread that touched OpenSSL) adds about 10 s to check-tsan and
 # 30 s to check-valgrind (measured: 8-11 s and 26-35 s on the shared 2-core VM).
+# The Cluster pass (STRESS_CLUSTER_NAMES: stress_async, whose event-loop clients keep one
+# pipeline per master) adds about 5 s to check-tsan and 8 s to check-valgrind (measured:
+# 4.4-6.2 s and 7.0-8.5 s, the Cluster's start included).
 
 CHECK_CC           ?= clang
 STRESS_TIMEOUT     ?= 600
@@ -54,6 +63,9 @@ TSAN_TLS_SCALE     ?= 25
 TSAN_TLS_LEASE_MS  ?= 1000
 VALGRIND_TLS_SCALE ?= 10
 VALGRIND_TLS_LEASE_MS ?= 1000
+STRESS_CLUSTER_NAMES ?= stress_async
+TSAN_CLUSTER_SCALE ?= 100
+VALGRIND_CLUSTER_SCALE ?= 25
 
 TSAN_DIR := build/tsan
 VG_DIR   := build/valgrind
@@ -129,7 +141,15 @@ check-tsan: | deps
 	        rc=$$?; status=1; \
 	        echo "check-tsan: $$p over TLS FAILED with exit $$rc (66: TSan report, 1: wrong result, 2: no TLS server, 124: timeout)" >&2; }; \
 	done; \
-	[ $$status -eq 0 ] && echo "check-tsan: $(words $(STRESS_NAMES)) program(s) clean, $(words $(STRESS_TLS_NAMES)) of them over TLS too"; \
+	for p in $(STRESS_CLUSTER_NAMES); do \
+	    echo "== check-tsan: $$p on a Cluster of 3 masters"; \
+	    STRESS_CLUSTER=1 STRESS_SCALE=$(TSAN_CLUSTER_SCALE) \
+	    TSAN_OPTIONS='$(strip $(TSAN_RUN_OPTIONS))' \
+	        timeout -k 10 $(STRESS_TIMEOUT) $(TSAN_DIR)/stress/$$p || { \
+	        rc=$$?; status=1; \
+	        echo "check-tsan: $$p on a Cluster FAILED with exit $$rc (66: TSan report, 1: wrong result, 2: no Cluster, 124: timeout)" >&2; }; \
+	done; \
+	[ $$status -eq 0 ] && echo "check-tsan: $(words $(STRESS_NAMES)) program(s) clean, $(words $(STRESS_TLS_NAMES)) of them over TLS too, $(words $(STRESS_CLUSTER_NAMES)) on a Cluster"; \
 	exit $$status
 
 # ---- check-valgrind ----------------------------------------------------------------------
@@ -150,7 +170,14 @@ check-valgrind: | deps
 	        rc=$$?; status=1; \
 	        echo "check-valgrind: $$p over TLS FAILED with exit $$rc (99: valgrind error or leak, 1: wrong result, 2: no TLS server, 124: timeout)" >&2; }; \
 	done; \
-	[ $$status -eq 0 ] && echo "check-valgrind: $(words $(STRESS_NAMES)) program(s) clean, $(words $(STRESS_TLS_NAMES)) of them over TLS too"; \
+	for p in $(STRESS_CLUSTER_NAMES); do \
+	    echo "== check-valgrind: $$p on a Cluster of 3 masters"; \
+	    STRESS_CLUSTER=1 STRESS_SCALE=$(VALGRIND_CLUSTER_SCALE) STRESS_LEASE_MS=$(VALGRIND_LEASE_MS) \
+	        timeout -k 10 $(STRESS_TIMEOUT) $(VALGRIND) $(VG_DIR)/stress/$$p || { \
+	        rc=$$?; status=1; \
+	        echo "check-valgrind: $$p on a Cluster FAILED with exit $$rc (99: valgrind error or leak, 1: wrong result, 2: no Cluster, 124: timeout)" >&2; }; \
+	done; \
+	[ $$status -eq 0 ] && echo "check-valgrind: $(words $(STRESS_NAMES)) program(s) clean, $(words $(STRESS_TLS_NAMES)) of them over TLS too, $(words $(STRESS_CLUSTER_NAMES)) on a Cluster"; \
 	exit $$status
 
 # ---- fuzz --------------------------------------------------------------------------------

@@ -161,6 +161,10 @@ struct fifo {
     int active[FIFO_NAMES_MAX];   /* a hold of the name is out */
     int next_seq[FIFO_NAMES_MAX]; /* the sequence number the next grant of the name must carry */
     int granted, errors, overlaps, disorder, fence_refused, released, rel_errors, last_rc;
+    /* set t_from_ms (tu_mono_ms) to have the longest wait measured: from t_from_ms to a
+     * name's first grant, and between its grants, into max_gap_ms */
+    long long t_from_ms, max_gap_ms;
+    long long t_last[FIFO_NAMES_MAX];
     int ran[FIFO_NAMES_MAX * FIFO_PER_MAX];
     fifo_req_t rq[FIFO_NAMES_MAX * FIFO_PER_MAX];
 };
@@ -189,6 +193,12 @@ static inline void fifo_done(int rc, rs_hold_t *hold, void *arg)
         return;
     }
     x->granted++;
+    if (x->t_from_ms) {
+        long long now = tu_mono_ms(), from = x->t_last[r->name] ? x->t_last[r->name] : x->t_from_ms;
+        if (now - from > x->max_gap_ms)
+            x->max_gap_ms = now - from;
+        x->t_last[r->name] = now;
+    }
     if (x->active[r->name])
         x->overlaps++;
     if (r->seq != x->next_seq[r->name])

@@ -30,7 +30,13 @@
  *             in the same run; target: one round per period, one batch per round, every
  *             entry renewed in it (PASS/MISS)
  *
- * Usage: redisync-bench-async [PAIRS [PENDING]]   (defaults 20000 10000)
+ * Usage: redisync-bench-async [--cluster] [PAIRS [PENDING]]   (defaults 20000 10000)
+ *
+ * --cluster (make bench-async-cluster): the same rows against a Cluster of three masters
+ * (tests/support/cluster.h) over redis-cluster://: the 256 names spread over the masters,
+ * so the async pairs go out on three pipelines; the blocking pairs, the handoff and the
+ * pending requests each on one name, on its master; the server-side counts (EVALSHA) summed
+ * over the masters.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -45,6 +51,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "cluster.h"
 #include "internal.h" /* rs__watchdog_stats: the watchdog's counters */
 #include "redis_server.h"
 #include "redisync.h"
@@ -73,11 +80,31 @@ static int threads_now(void)
     return n;
 }
 
-static rs_client_t *open_client(const ts_server_t *s)
+/* The servers: one, or under --cluster the three masters; the URL the clients use. */
+static ts_server_t g_node[3];
+static int g_nnodes = 1;
+static char g_url[200];
+
+/* A connection to the server that holds key (under --cluster, its slot's master). */
+static redisContext *conn_for(const char *key)
+{
+    int i = 0;
+    if (g_nnodes > 1) {
+        i = ts_cluster_owner(g_node, g_nnodes, (int)ts_cmd_int(&g_node[0], "CLUSTER KEYSLOT %s",
+                                                              key));
+        if (i < 0) {
+            fprintf(stderr, "no master serves %s\n", key);
+            exit(1);
+        }
+    }
+    return redisConnect("127.0.0.1", g_node[i].port);
+}
+
+static rs_client_t *open_client(void)
 {
     rs_config_t cfg;
     rs_config_init(&cfg);
-    cfg.url = s->url;
+    cfg.url = g_url;
     cfg.lease_ms = 10000;
     rs_client_t *c;
     if (rs_client_open(&c, &cfg) != 0) {
@@ -208,11 +235,11 @@ static void handoff_done(int rc, rs_hold_t *hold, void *arg)
 }
 
 /* medians in us: *blocking, *async */
-static void handoff(const ts_server_t *s, rs_client_t *c, double *blocking, double *async)
+static void handoff(rs_client_t *c, double *blocking, double *async)
 {
     static long long b[HANDOFFS], a[HANDOFFS];
-    rs_client_t *holder = open_client(s);
-    redisContext *rc = redisConnect("127.0.0.1", s->port);
+    rs_client_t *holder = open_client();
+    redisContext *rc = conn_for("rs:{bench-handoff}:mutex:q");
     rs_mutex_t *hm, *wm;
     rs_mutex_init(&hm, holder, "bench-handoff");
     rs_mutex_init(&wm, c, "bench-handoff");
@@ -268,16 +295,14 @@ static void handoff(const ts_server_t *s, rs_client_t *c, double *blocking, doub
 
 static long pending_done;
 
-static long long evalsha_calls(redisContext *rc)
+/* the EVALSHA calls of every server */
+static long long evalsha_calls(void)
 {
-    redisReply *r = redisCommand(rc, "INFO commandstats");
-    long long n = -1;
-    const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_evalsha:calls=")
-                                                       : NULL;
-    if (p)
-        n = atoll(p + strlen("cmdstat_evalsha:calls="));
-    if (r)
-        freeReplyObject(r);
+    long long n = 0;
+    for (int i = 0; i < g_nnodes; i++) {
+        long long v = ts_info_ll(&g_node[i], "commandstats", "cmdstat_evalsha", "calls");
+        n += v > 0 ? v : 0;
+    }
     return n;
 }
 
@@ -336,14 +361,28 @@ static void pending_cb(int rc, rs_hold_t *hold, void *arg)
 
 int main(int argc, char **argv)
 {
+    int cluster = argc > 1 && strcmp(argv[1], "--cluster") == 0;
+    argc -= cluster, argv += cluster;
     long pairs = argc > 1 ? atol(argv[1]) : 20000;
     long pending = argc > 2 ? atol(argv[2]) : 10000;
-    ts_server_t s;
-    if (ts_server_start(&s, NULL) != 0) {
-        fprintf(stderr, "cannot start redis-server\n");
-        return 1;
+    if (cluster) {
+        g_nnodes = 3;
+        if (ts_cluster_start(g_node, 3) != 0) {
+            fprintf(stderr, "cannot start a Cluster of 3 masters\n");
+            return 1;
+        }
+        int n = snprintf(g_url, sizeof g_url, "redis-cluster://");
+        for (int i = 0; i < 3; i++)
+            n += snprintf(g_url + n, sizeof g_url - (size_t)n, "%s127.0.0.1:%d", i ? "," : "",
+                          g_node[i].port);
+    } else {
+        if (ts_server_start(&g_node[0], NULL) != 0) {
+            fprintf(stderr, "cannot start redis-server\n");
+            return 1;
+        }
+        snprintf(g_url, sizeof g_url, "%s", g_node[0].url);
     }
-    rs_client_t *c = open_client(&s);
+    rs_client_t *c = open_client();
 
     /* blocking: one thread, lock + unlock on one name */
     rs_mutex_t *bm;
@@ -387,10 +426,10 @@ int main(int argc, char **argv)
     double arate = (double)lp.pairs / asec;
 
     double hb, ha;
-    handoff(&s, c, &hb, &ha);
+    handoff(c, &hb, &ha);
 
     /* pending requests: memory and threads */
-    rs_client_t *holder = open_client(&s);
+    rs_client_t *holder = open_client();
     rs_mutex_t *hm, *pm;
     rs_mutex_init(&hm, holder, "bench-pending");
     rs_mutex_init(&pm, c, "bench-pending");
@@ -404,7 +443,7 @@ int main(int argc, char **argv)
     rs_request_t *req;
     for (long i = 0; i < pending; i++)
         rs_mutex_acquire_async(pm, NULL, pending_cb, NULL, &req);
-    redisContext *rc = redisConnect("127.0.0.1", s.port);
+    redisContext *rc = conn_for("rs:{bench-pending}:mutex:q");
     long long queued = 0;
     long long qend = now_ns() + 60LL * 1000000000LL;
     while (queued < pending && now_ns() < qend) {
@@ -423,10 +462,10 @@ int main(int argc, char **argv)
      * two thirds of a period start in two groups, which the second round joins) */
     wd_snap_t s0, s1;
     int snap = after_round(c, &s0) == 0 && after_round(c, &s0) == 0 && after_round(c, &s0) == 0;
-    long long e0 = evalsha_calls(rc);
+    long long e0 = evalsha_calls();
     usleep((useconds_t)(ROUNDS_WAIT * PENDING_LEASE_MS / 3 - PENDING_LEASE_MS / 6) * 1000);
     snap = snap && after_round(c, &s1) == 0;
-    long long e1 = evalsha_calls(rc);
+    long long e1 = evalsha_calls();
     /* from the start of the first round counted out to the start of the last one */
     double wsec = snap ? (double)(s1.start_ns - s0.start_ns) / 1e9 : 0;
     uint64_t last_ns = snap ? s1.dur_ns : 0;
@@ -445,7 +484,8 @@ int main(int argc, char **argv)
     run_loop(c, &lp, &pending_done, pending);
     redisFree(rc);
 
-    printf("redisync event-loop API (one redis-server, one run)\n");
+    printf("redisync event-loop API (%s, one run)\n",
+           cluster ? "a Cluster of 3 masters, redis-cluster://" : "one redis-server");
     printf("  blocking lock+unlock, 1 thread, 1 name:         %8.0f pairs/s  "
            "(%ld pairs, %ld errors)\n", brate, bpairs, berr);
     printf("  async acquire+release, 1 loop thread, %d names: %8.0f pairs/s  "
@@ -474,6 +514,7 @@ int main(int argc, char **argv)
     rs_mutex_destroy(pm);
     rs_client_close(holder);
     rs_client_close(c);
-    ts_server_stop(&s);
+    for (int i = 0; i < g_nnodes; i++)
+        ts_server_stop(&g_node[i]);
     return 0;
 }

@@ -48,8 +48,11 @@ typedef struct run {
     ts_server_t replica[2];   /* sentinel scenarios: the master's two replicas, and */
     ts_server_t sent[3];      /* the three sentinels; Redlock: data, replica[0], replica[1]
                                  are the three masters */
-    ts_server_t cnodes[MAX_SPLIT_SRV]; /* net-cluster-split: 3 masters + 3 replicas (-2r: + 6) */
+    ts_server_t cnodes[MAX_SPLIT_SRV]; /* net-cluster-split: 3 masters + 3 replicas (-2r: + 6);
+                                          scenario_t.cluster: the 3 masters */
     redisContext *rlconn[2];  /* Redlock: the driver's connections to replica[0] and [1] */
+    redisContext *cconn[3];   /* Cluster (scenario_t.cluster): the driver's connections to
+                                 cnodes[0..2], the three masters */
     tt_certs_t certs;         /* TLS: the certificates of the scenario (removed at its end) */
     char url[600];            /* what the workers use */
     char ports[96];           /* every port a worker's sockets may go to (the I7 check) */

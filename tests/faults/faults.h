@@ -105,6 +105,9 @@ typedef struct scenario {
                              reproduction: see docs/reliability.md) */
     int async;            /* mutex: the last ASYNC slots are event-loop workers
                              (worker_async.c), each keeping --pending requests pending */
+    int cluster;          /* 1: a Cluster of three masters, no replicas (topology.c), the
+                             workers on redis-cluster://; each server fault hits one master,
+                             drawn at random */
 } scenario_t;
 
 extern const char *prim_names[];
@@ -318,6 +321,10 @@ int start_redlock_masters(struct ts_server *m[3], char *url, size_t urllen, char
 int start_sentinel_topology(struct ts_server *data, struct ts_server *replica,
                             struct ts_server *sent, const char *master_name, char *url,
                             size_t urllen, char *ports, size_t portslen);
+/* A Cluster of three masters (redis-cli --cluster create); url gets the redis-cluster://
+ * URL of the three, ports their ports. */
+int start_cluster_masters(struct ts_server *nodes, char *url, size_t urllen, char *ports,
+                          size_t portslen);
 /* The server the sentinels name master now (data when none answers). */
 struct ts_server *current_master(struct ts_server *data, struct ts_server *replica,
                                  struct ts_server *sent, const char *master_name);

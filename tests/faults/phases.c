@@ -1,12 +1,14 @@
 /*
  * phases.c - one scenario of the fault driver from start to check: its deployment (one
- * data server, TLS, Sentinel, Redlock masters; the network rules under --net), the phases
- * of main.c's description (warm-up, faults, quiet, stop, clean) and the checks (driver.h).
+ * data server, TLS, Sentinel, Redlock masters, Cluster masters; the network rules under
+ * --net), the phases of main.c's description (warm-up, faults, quiet, stop, clean) and the
+ * checks (driver.h).
  */
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 
+#include "cluster.h"
 #include "driver.h"
 #include "redisync.h"
 #include "sentinel.h"
@@ -42,10 +44,11 @@ void run_scenario(run_t *R)
              : sc->sentinel ? start_sentinel_topology(&R->data, R->replica, R->sent, FX_MASTER,
                                                     R->url, sizeof R->url, R->ports, sizeof R->ports)
              : sc->redlock ? start_redlock_masters(rl, R->url, sizeof R->url, R->ports, sizeof R->ports)
+             : sc->cluster ? start_cluster_masters(R->cnodes, R->url, sizeof R->url, R->ports, sizeof R->ports)
              : sc->tls ? start_tls_server(R)
              : sc->persist ? ts_server_start(&R->data, "--appendonly", "yes", "--appendfsync", "always", NULL)
                            : ts_server_start(&R->data, NULL);
-    if (!sc->sentinel && !sc->redlock && !sc->tls && !NET_IS_SPLIT(sc)) {
+    if (!sc->sentinel && !sc->redlock && !sc->tls && !sc->cluster && !NET_IS_SPLIT(sc)) {
         snprintf(R->url, sizeof R->url, "%s", R->data.url);
         snprintf(R->ports, sizeof R->ports, "%d", R->data.port);
     }
@@ -60,6 +63,8 @@ void run_scenario(run_t *R)
             net_end();
             split_stop(R);
         }
+        if (sc->cluster)
+            ts_cluster_stop(R->cnodes, 3);
         return;
     }
     R->t0 = now_us();
@@ -194,6 +199,9 @@ void run_scenario(run_t *R)
     long keys = 0, no_ttl = 0;
     ts_server_t *scan[3] = {sc->sentinel ? current_master(&R->data, R->replica, R->sent, FX_MASTER) : &R->data, sc->redlock ? &R->replica[0] : NULL,
                             sc->redlock ? &R->replica[1] : NULL};
+    if (sc->cluster)
+        for (int i = 0; i < 3; i++)
+            scan[i] = &R->cnodes[i];
     if (NET_IS_SPLIT(sc)) {
         scan[0] = NULL;
         if (split_scan(R, &keys, &no_ttl) != 0)
@@ -221,6 +229,13 @@ void run_scenario(run_t *R)
             redisFree(R->rlconn[i]);
         R->rlconn[i] = NULL;
     }
+    for (int i = 0; i < 3; i++) {
+        if (R->cconn[i])
+            redisFree(R->cconn[i]);
+        R->cconn[i] = NULL;
+    }
+    if (sc->cluster)
+        ts_cluster_stop(R->cnodes, 3);
     if (sc->redlock)
         for (int i = 0; i < 2; i++)
             ts_server_stop(&R->replica[i]);

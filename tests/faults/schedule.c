@@ -10,9 +10,14 @@
 #include "driver.h"
 
 /* The server a server fault hits, and the driver's connection to it: the data server, or
- * under Redlock one of the three masters at random. */
+ * under Redlock or Cluster one of the three masters at random. */
 static ts_server_t *fault_target(run_t *R, redisContext ***conn, int *which)
 {
+    if (R->sc->cluster) {
+        *which = (int)rnd_range(&R->rng, 0, 2);
+        *conn = &R->cconn[*which];
+        return &R->cnodes[*which];
+    }
     *which = R->sc->redlock ? (int)rnd_range(&R->rng, 0, 2) : 0;
     if (*which == 0) {
         *conn = &R->dconn;
@@ -68,7 +73,7 @@ int inject(run_t *R)
         redisContext **dconn;
         int m;
         ts_server_t *data = fault_target(R, &dconn, &m);
-        if (server && R->sc->redlock)
+        if (server && (R->sc->redlock || R->sc->cluster))
             snprintf(R->last_detail, sizeof R->last_detail, " (master %d)", m);
         int i;
         switch (k) {

@@ -1,11 +1,12 @@
 /*
  * topology.c - the deployments a fault scenario runs on, besides one plain data server
  * (tests/faults/main.c starts that one itself): a Sentinel-managed master with two replicas
- * and three sentinels, and three Redlock masters. Each fills in the URL the workers use and
+ * and three sentinels, three Redlock masters, and a Cluster of three masters. Each fills in the URL the workers use and
  * the list of ports their sockets may go to (the I7 check counts sockets to those).
  */
 #include <stdio.h>
 
+#include "cluster.h"
 #include "faults.h"
 #include "redis_server.h"
 #include "sentinel.h"
@@ -20,6 +21,22 @@ int start_redlock_masters(ts_server_t *m[3], char *url, size_t urllen, char *por
             return -1;
         n += snprintf(url + n, urllen - (size_t)n, "%s127.0.0.1:%d", i ? "," : "", m[i]->port);
         np += snprintf(ports + np, portslen - (size_t)np, "%s%d", i ? "," : "", m[i]->port);
+    }
+    return 0;
+}
+
+/* Three masters sharing the slots (no replicas: the faults here are the processes' and
+ * connections', not failovers: tests/test_async_failover.c and the --net split scenarios
+ * have those). */
+int start_cluster_masters(ts_server_t *nodes, char *url, size_t urllen, char *ports,
+                          size_t portslen)
+{
+    if (ts_cluster_start(nodes, 3) != 0)
+        return -1;
+    int n = snprintf(url, urllen, "redis-cluster://"), np = 0;
+    for (int i = 0; i < 3; i++) {
+        n += snprintf(url + n, urllen - (size_t)n, "%s127.0.0.1:%d", i ? "," : "", nodes[i].port);
+        np += snprintf(ports + np, portslen - (size_t)np, "%s%d", i ? "," : "", nodes[i].port);
     }
     return 0;
 }

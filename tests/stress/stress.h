@@ -24,6 +24,13 @@
  *                    rediss://127.0.0.1:TLSPORT?tls_ca=..., so the library's OpenSSL path
  *                    runs under the sanitizers too. The plain port stays for the program's
  *                    own admin commands (ts_cmd_*, ts_info_ll, the I7 check of st_finish).
+ *   STRESS_CLUSTER   1: a Cluster of three masters (tests/support/cluster.h) instead of the
+ *                    one server, every client of st_open on redis-cluster:// (its keys spread
+ *                    over the masters by slot), the I7 check of st_finish on every master.
+ *                    Only the programs that start with st_start_server_cluster offer it
+ *                    (stress_async: the event-loop API's per-master pipelines); the others
+ *                    exit 2 when it is set, so a Makefile line cannot test the one server
+ *                    while it says Cluster.
  *
  * Distributed exclusion is invisible to ThreadSanitizer, so the programs never rely on it to
  * order their own memory: shared counters are atomics (relaxed, read then written, so a
@@ -44,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster.h"
 #include "redis_server.h"
 #include "redisync.h"
 #include "tls.h"
@@ -151,11 +159,21 @@ static int st_tls_on;
 static tt_certs_t st_certs;
 static char st_tls_url[600];
 
+/* STRESS_CLUSTER: the three masters and the URL every st_open client uses (see the top). */
+#define ST_CLUSTER_NODES 3
+static int st_cluster_on;
+static ts_server_t st_nodes[ST_CLUSTER_NODES];
+static char st_cluster_url[200];
+
 /* Starts the program's redis-server (with a TLS port too under STRESS_TLS=1); exits 2 when
- * it cannot. */
+ * it cannot, or when STRESS_CLUSTER is set (this program does not offer it). */
 static inline void st_start_server(ts_server_t *srv, const char *prog)
 {
     st_prog = prog;
+    if (st_env_int("STRESS_CLUSTER", 0) && !st_cluster_on) {
+        fprintf(stderr, "%s: STRESS_CLUSTER is not offered by this program\n", prog);
+        exit(2);
+    }
     if (st_env_int("STRESS_TLS", 0)) {
         int tport;
         if (tt_certs_make(&st_certs) != 0) {
@@ -179,10 +197,38 @@ static inline void st_start_server(ts_server_t *srv, const char *prog)
     }
 }
 
-/* The URL the library's clients use: the server's, or its TLS port's under STRESS_TLS. */
+/* st_start_server, or under STRESS_CLUSTER=1 a Cluster of three masters (srv stays unused:
+ * st_url and st_finish then take the masters); exits 2 when it cannot start them. */
+static inline void st_start_server_cluster(ts_server_t *srv, const char *prog)
+{
+    st_prog = prog;
+    if (!st_env_int("STRESS_CLUSTER", 0)) {
+        st_start_server(srv, prog);
+        return;
+    }
+    if (st_env_int("STRESS_TLS", 0)) {
+        fprintf(stderr, "%s: STRESS_CLUSTER with STRESS_TLS is not offered\n", prog);
+        exit(2);
+    }
+    memset(srv, 0, sizeof *srv);
+    if (ts_cluster_start(st_nodes, ST_CLUSTER_NODES) != 0) {
+        fprintf(stderr, "%s: cannot start a Cluster of %d masters\n", prog, ST_CLUSTER_NODES);
+        exit(2);
+    }
+    int n = snprintf(st_cluster_url, sizeof st_cluster_url, "redis-cluster://");
+    for (int i = 0; i < ST_CLUSTER_NODES; i++)
+        n += snprintf(st_cluster_url + n, sizeof st_cluster_url - (size_t)n, "%s127.0.0.1:%d",
+                      i ? "," : "", st_nodes[i].port);
+    st_cluster_on = 1;
+    fprintf(stderr, "%s: on a Cluster of %d masters (%s)\n", prog, ST_CLUSTER_NODES,
+            st_cluster_url);
+}
+
+/* The URL the library's clients use: the server's, its TLS port's under STRESS_TLS, or the
+ * masters' under STRESS_CLUSTER. */
 static inline const char *st_url(const ts_server_t *srv)
 {
-    return st_tls_on ? st_tls_url : srv->url;
+    return st_cluster_on ? st_cluster_url : st_tls_on ? st_tls_url : srv->url;
 }
 
 /* A client of srv with a unique prefix (shared by every client of one program when prefix
@@ -258,10 +304,9 @@ static inline void st_chaos_stop(void)
     st_chaos_on = 0;
 }
 
-/* The end of main(): checks that no library connection outlived the clients (I7: the
- * server counts one client, the connection asking), stops the server, prints a summary,
- * returns the exit status. Call it once every client is closed. */
-static inline int st_finish(ts_server_t *srv, long long started_ms)
+/* I7 on srv: no library connection outlived the clients (the server counts one client, the
+ * connection asking). */
+static inline void st_check_closed(ts_server_t *srv, const char *which)
 {
     long long n = -1;
     for (long long until = st_mono_ms() + 3000; st_mono_ms() < until; st_sleep_ms(20))
@@ -269,16 +314,33 @@ static inline int st_finish(ts_server_t *srv, long long started_ms)
             break;
     if (n != 1) {
         char list[2048];
-        FAILF("%lld connection(s) still open after every client was closed:\n%s", n - 1,
-              ts_cmd_str(srv, list, sizeof list, "CLIENT LIST") ? list : "?");
+        FAILF("%s: %lld connection(s) still open after every client was closed:\n%s", which,
+              n - 1, ts_cmd_str(srv, list, sizeof list, "CLIENT LIST") ? list : "?");
     }
-    ts_server_stop(srv);
+}
+
+/* The end of main(): I7 on the server (on every master under STRESS_CLUSTER), stops it,
+ * prints a summary, returns the exit status. Call it once every client is closed. */
+static inline int st_finish(ts_server_t *srv, long long started_ms)
+{
+    if (st_cluster_on) {
+        for (int i = 0; i < ST_CLUSTER_NODES; i++) {
+            char which[32];
+            snprintf(which, sizeof which, "master %d", i);
+            st_check_closed(&st_nodes[i], which);
+        }
+        ts_cluster_stop(st_nodes, ST_CLUSTER_NODES);
+    } else {
+        st_check_closed(srv, "the server");
+        ts_server_stop(srv);
+    }
     if (st_tls_on)
         tt_certs_free(&st_certs);
     int f = atomic_load(&st_failures);
-    fprintf(stderr, "%s: %s in %.1f s (%d failure(s), %d on_lost, %ld log lines)\n", st_prog,
-            f ? "FAILED" : "ok", (double)(st_mono_ms() - started_ms) / 1000.0, f,
-            atomic_load(&st_lost), atomic_load(&st_logs));
+    fprintf(stderr, "%s: %s%s in %.1f s (%d failure(s), %d on_lost, %ld log lines)\n", st_prog,
+            f ? "FAILED" : "ok", st_cluster_on ? " on the Cluster" : "",
+            (double)(st_mono_ms() - started_ms) / 1000.0, f, atomic_load(&st_lost),
+            atomic_load(&st_logs));
     return f ? 1 : 0;
 }
 
