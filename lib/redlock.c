@@ -338,15 +338,16 @@ int rs__rl_open(rs_client_t *c)
 struct renew_cmds {
     rs_lease_t **batch;
     rs_lease_scratch_t *s; /* a built lease's call, appended before the next is built */
+    rs_argv_t a;           /* its arguments, which out refers to (the fence is formatted into
+                              a's arena): alive until fanout has appended them */
 };
 
 static void build_renew(void *arg, int j, rs_argv_t *out)
 {
     struct renew_cmds *rc = arg;
     rs_lease_t *l = rc->batch[j];
-    rs_argv_t a;
-    rs__lease_argv(l, l->renew_op, rc->s, &a);
-    rs__evalsha_argv(l->script, l->nkeys, &a, out);
+    rs__lease_argv(l, l->renew_op, rc->s, &rc->a);
+    rs__evalsha_argv(l->script, l->nkeys, &rc->a, out);
 }
 
 void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent,
@@ -381,7 +382,7 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
             rs__rl_mark(c, i, 0);
         }
     rs_lease_scratch_t s;
-    struct renew_cmds rc = {batch, &s};
+    struct renew_cmds rc = {batch, &s, {0}};
     unsigned todo = rs__rl_all_mask(c);
     for (int pass = 0; pass < 2 && todo; pass++) {
         redisContext *ctx[RS_SEEDS_MAX] = {0};
