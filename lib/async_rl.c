@@ -22,7 +22,8 @@
  *             timeout_ms; RS_ELOST when the answers deny the hold (rs__rl_denied).
  *
  * Replies come per master in pipeline order; rs_arl_t.owed[i] counts those master i still
- * owes the request, so a reply of an earlier round (decided without it) is told from this
+ * owes the request (a master that still owes one is left out of the next "acq" round, so
+ * they stay few), so a reply of an earlier round (decided without it) is told from this
  * round's and dropped: its grant, if any, was undone by the round's decision. A request
  * that completes leaves no reply to itself in any ring (rs__arl_forget).
  */
@@ -142,7 +143,11 @@ void rs__arl_send(rs_async_t *as, rs_request_t *rq)
     build(rq, rq->op, 0, rl->attempt, &b);
     unsigned went = 0;
     for (int i = 0; i < c->ep.nseeds; i++) {
-        if (!(mask & (1u << i)))
+        /* a master that still owes this request an earlier round's answer is not sent the
+         * next "acq" behind it (it answers for this round as a silent one), so what it owes
+         * stays bounded; the "cancel" that ends the request goes everywhere (its queue entry
+         * there would swallow the wake-ups of the waiters behind it), as a release does */
+        if (!(mask & (1u << i)) || (rl->owed[i] > 0 && rq->op == OP_ACQ))
             continue;
         rs_aconn_t *cn = rs__aq_master(as, i, 1);
         if (cn && append(cn, rq, &b) == 0)
