@@ -466,10 +466,11 @@ RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known
  * client and fire at the I/O thread's next pass (no per-request timer).
  *
  * Errors at the call: EINVAL (NULL handle, done or req; tv_nsec out of range; n of 0),
- * ENOMEM, RS_EFORK (a fork child), ECANCELED (the client is closing), and ENOTSUP under
- * redlock://, where the event-loop API is not offered yet (a deviation from api.md, see
- * docs/redisync.3: every call is a quorum round on all masters, which the pipelines do not
- * do); use the blocking calls, or rs_mutex_acquire on a thread of your own, there. Under
+ * ENOMEM, RS_EFORK (a fork child), ECANCELED (the client is closing). Under redlock:// the
+ * mutex's _async calls work as everywhere: each round of a request goes to every master's
+ * pipeline of the I/O thread at once and is decided by quorum as the blocking calls' rounds
+ * are (validity, largest token, undo, RS_ECONN when no quorum answers for timeout_ms); the
+ * rwlock, semaphore and latch stay ENOTSUP there, at their init, as their blocking forms. Under
  * redis-cluster:// the I/O thread keeps one pipelined connection per master and sends each
  * request's calls to the master of its name's slot, following MOVED and ASK. With
  * min_replicas > 0 an acquiring request is followed in the pipeline by a write (in the
@@ -502,8 +503,8 @@ RS_API int rs_latch_wait_async(rs_latch_t *l, const struct timespec *abstime, rs
  * API cannot catch). done(0, NULL, arg) when released, done(RS_ELOST, NULL, arg) if the
  * hold had been lost meanwhile (on_lost was called), RS_ECONN if Redis stayed unreachable
  * for timeout_ms (the hold then expires with its lease). EINVAL for NULL h or done, or a
- * hold that is not a hold object; ENOTSUP where the event-loop API is not offered (the hold
- * is left as it was). After rs_client_close (which released h in Redis) it returns
+ * hold that is not a hold object. Under redlock:// "rel" goes to every master and
+ * RS_ELOST means more masters denied the hold than a quorum could spare. After rs_client_close (which released h in Redis) it returns
  * ECANCELED at the call, frees h and done is not called; in a fork child RS_EFORK (h is the
  * parent's and is left alone). */
 RS_API int rs_hold_release_async(rs_hold_t *h, rs_done_fn *done, void *arg);

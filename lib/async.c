@@ -7,9 +7,10 @@
  *
  * One library I/O thread per client (started at the first _async call) owns a connection of
  * its own (under Cluster one per master, each request's calls on the master of its name's
- * slot) on which it pipelines the script calls of every pending request: the caller only
- * appends its request to a queue and wakes the thread through an eventfd. The protocol is
- * the blocking one of wait.c, turned into a state machine per request:
+ * slot; under Redlock one per master, each round of a request on all of them and decided
+ * by quorum: async_rl.c) on which it pipelines the script calls of every pending request:
+ * the caller only appends its request to a queue and wakes the thread through an eventfd.
+ * The protocol is the blocking one of wait.c, turned into a state machine per request:
  *
  *   SUB    waiting for the client's subscriber to stand (its confirmation pokes us; in a
  *          Cluster with sharded wake-ups, also the name's sharded channel)
@@ -157,9 +158,17 @@ static void queue_lease_build(const rs_lease_t *l, const char *op, rs_lease_scra
  * what frees it (rs__aq_free). */
 static rs_request_t *request_alloc(rs_client_t *c, size_t len)
 {
+    size_t rlat = 0;
+    if (c->ep.mode == RS_MODE_REDLOCK) {
+        /* its state across the masters (async_rl.c), after the strings, aligned */
+        size_t at = (offsetof(rs_request_t, str) + len + 7) & ~(size_t)7;
+        rlat = at - offsetof(rs_request_t, str);
+        len = rlat + sizeof(rs_arl_t);
+    }
     size_t n = offsetof(rs_request_t, str) + len; /* (not sizeof: no tail padding) */
     rs_request_t *rq = calloc(1, n > sizeof *rq ? n : sizeof *rq);
     if (rq) {
+        rq->rlat = (unsigned short)rlat;
         rq->ql.c = c;
         atomic_init(&rq->ql.refs, 1);
     }
@@ -168,12 +177,12 @@ static rs_request_t *request_alloc(rs_client_t *c, size_t len)
 
 /* ----- the calls ----------------------------------------------------------------------- */
 
-static int mode_refused(rs_client_t *c, const char *what)
+/* Under Redlock only the mutex is offered (the other kinds' init is ENOTSUP there): an
+ * event wait cannot come here; refused should one ever try. */
+static int mode_refused(rs_client_t *c, int type, const char *what)
 {
-    if (c->ep.mode == RS_MODE_REDLOCK)
-        return rs__fail(c, ENOTSUP, "%s: the event-loop API is not offered under redlock:// "
-                        "(each call is a quorum round on every master); use the blocking "
-                        "calls", what);
+    if (c->ep.mode == RS_MODE_REDLOCK && type == RQ_EVT)
+        return rs__fail(c, ENOTSUP, "%s is not offered under redlock://", what);
     return 0;
 }
 
@@ -225,7 +234,7 @@ static int request_new(rs_call_t *k, int type, const char *what, const struct ti
         return rs__fail(c, EINVAL, "%s is NULL", done ? "req" : "done");
     uint64_t deadline = RS_NO_DEADLINE;
     int rc = abstime ? rs__deadline_from(c, abstime, &deadline) : 0;
-    if (rc || (rc = mode_refused(c, what)) != 0)
+    if (rc || (rc = mode_refused(c, type, what)) != 0)
         return rc;
     rs_handle_t *h = k->h;
     size_t len = k->acqlen + 1;
@@ -330,21 +339,19 @@ RS_API int rs_hold_release_async(rs_hold_t *hold, rs_done_fn *done, void *arg)
     }
     if (rc)
         return rc;
-    if ((rc = mode_refused(c, "rs_hold_release_async")) == 0) {
-        rs_request_t *rq = request_alloc(c, 1); /* no acquisition id: str "" */
-        if (!rq) {
-            rc = rs__fail(c, ENOMEM, "out of memory");
-        } else {
-            rq->type = RQ_REL;
-            rq->h = hold->obj;
-            rq->hold = hold;
-            rq->done = done;
-            rq->arg = arg;
-            rq->deadline_ns = RS_NO_DEADLINE;
-            rq->tm.idx = -1;
-            if ((rc = submit(c, rq)) != 0)
-                rs__aq_free(rq);
-        }
+    rs_request_t *rq = request_alloc(c, 1); /* no acquisition id: str "" */
+    if (!rq) {
+        rc = rs__fail(c, ENOMEM, "out of memory");
+    } else {
+        rq->type = RQ_REL;
+        rq->h = hold->obj;
+        rq->hold = hold;
+        rq->done = done;
+        rq->arg = arg;
+        rq->deadline_ns = RS_NO_DEADLINE;
+        rq->tm.idx = -1;
+        if ((rc = submit(c, rq)) != 0)
+            rs__aq_free(rq);
     }
     rs__leave(c);
     return rc;

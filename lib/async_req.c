@@ -90,6 +90,8 @@ void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
     if (rq->st == ST_SUB)
         rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
     rs__aq_drop_queue_lease(c, rq);
+    if (c->ep.mode == RS_MODE_REDLOCK)
+        rs__arl_forget(as, rq); /* its replies still due are read by nobody */
     if (rq->w.shard)
         rs__notify_shard_end(c, &rq->w);
     if (rq->registered) {
@@ -161,7 +163,7 @@ void rs__aq_set_timer(rs_async_t *as, rs_request_t *rq, int st, uint64_t due)
 
 /* A grant for rq (fence, lease ttl_ms, from a call sent at sent_ns). */
 void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_ms,
-                    uint64_t sent_ns)
+                    uint64_t sent_ns, unsigned rl_granted)
 {
     if (atomic_load(&rq->cancel) || as->draining) {
         rq->undo_rc = ECANCELED;
@@ -176,6 +178,7 @@ void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_m
         rs__aq_want_send(as, rq, OP_REL);
         return;
     }
+    atomic_store(&hold->lease->rl_held, rl_granted); /* Redlock: the masters that granted */
     rs__hold_granted(&k, hold, fence, ttl_ms, sent_ns);
     hold->obj = rq->h;
     hold->count = rq->count ? rq->count : 1;
@@ -200,7 +203,7 @@ void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg)
         /* with min_replicas a grant announced by a message is asked again, and that call
          * is what WAIT confirms (async_wire.c) */
         if (end != msg && f > 0 && f > rq->fence_floor && !c->confirm_wakeups &&
-            c->min_replicas <= 0) {
+            c->min_replicas <= 0 && c->ep.mode != RS_MODE_REDLOCK) {
             uint64_t lower = rq->lower_ns;
             if (rq->qleased) {
                 uint64_t conf = rs__lease_confirmed_ns(c, &rq->ql);
@@ -209,7 +212,7 @@ void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg)
             }
             rs_call_t k;
             rs__aq_call(rq, &k);
-            rs__aq_granted(as, rq, f, atol(k.lease), lower);
+            rs__aq_granted(as, rq, f, atol(k.lease), lower, 0);
             return;
         }
     }
@@ -367,7 +370,9 @@ static void on_cancel(rs_async_t *as, rs_request_t *rq)
 static void on_timer(rs_async_t *as, rs_request_t *rq)
 {
     uint64_t now = rs__now_ns();
-    if (rq->st == ST_DELAY) {
+    if (rq->st == ST_FLIGHT) {
+        rs__arl_timer(as, rq); /* Redlock: the round's time is up (async_rl.c) */
+    } else if (rq->st == ST_DELAY) {
         rs__aq_want_send(as, rq, rq->op);
     } else if (rq->st == ST_SUB) {
         if (now >= rq->deadline_ns) {
@@ -519,7 +524,7 @@ static void pass(rs_async_t *as)
     for (rs_timer_t *t; (t = rs__theap_top(&as->heap)) && t->due_ns <= now;) {
         rs_request_t *rq = (rs_request_t *)((char *)t - offsetof(rs_request_t, tm));
         rs__theap_del(&as->heap, t);
-        if (as->draining && rq->st != ST_DELAY)
+        if (as->draining && rq->st != ST_DELAY && rq->st != ST_FLIGHT)
             rs__aq_give_up(as, rq);
         else
             on_timer(as, rq);

@@ -51,6 +51,11 @@ static int ring_push(rs_aconn_t *cn, rs_request_t *rq)
     return 0;
 }
 
+int rs__aq_ring_push(rs_aconn_t *cn, rs_request_t *rq)
+{
+    return ring_push(cn, rq);
+}
+
 static rs_request_t *ring_pop(rs_aconn_t *cn)
 {
     rs_request_t *rq = cn->ring[cn->rhead];
@@ -78,8 +83,13 @@ void rs__aq_conn_broken(rs_async_t *as, rs_aconn_t *cn)
         rq->resent = 1;
         rs__aq_want_send(as, rq, rq->op);
     }
+    int redlock = as->c->ep.mode == RS_MODE_REDLOCK;
     while (cn->rcount > 0) {
         rs_request_t *rq = ring_pop(cn);
+        if (rq && redlock) {
+            rs__arl_lost(as, rq, cn->node); /* one master's answer of several: no answer */
+            continue;
+        }
         if (!rq || rq == &wait_mark || rq->st != ST_FLIGHT)
             continue;
         if (rq->send_by_ns && now >= rq->send_by_ns) {
@@ -138,6 +148,28 @@ static rs_aconn_t *route(rs_async_t *as, rs_request_t *rq, const char *key, size
         cn->next_dial_ns = rs__now_ns() + 50 * RS_NS_PER_MS;
         if (cluster)
             rs__cluster_stale(c);
+        return NULL;
+    }
+    return cn;
+}
+
+rs_aconn_t *rs__aq_master(rs_async_t *as, int i, int dial)
+{
+    rs_client_t *c = as->c;
+    rs_aconn_t *cn = &as->cn[i];
+    for (; as->ncn <= i; as->ncn++)
+        as->cn[as->ncn].node = as->ncn;
+    if (cn->ctx)
+        return cn;
+    uint64_t now = rs__now_ns();
+    if (!dial || as->draining || now < cn->next_dial_ns)
+        return NULL;
+    /* one attempt: a master that is down costs one refused connect, not a retry loop, and
+     * is not dialled again for a second (one that hangs would cost every round a dial) */
+    long budget = c->timeout_ms < 250 ? c->timeout_ms : 250;
+    if (rs__conn_connect_once(c, i, budget, c->timeout_ms, &cn->ctx) != 0) {
+        cn->ctx = NULL;
+        cn->next_dial_ns = rs__now_ns() + 1000 * RS_NS_PER_MS;
         return NULL;
     }
     return cn;
@@ -212,6 +244,10 @@ void rs__aq_flush(rs_async_t *as)
             as->sendq_tail = NULL;
         rq->snext = NULL;
         rq->in_send = 0;
+        if (c->ep.mode == RS_MODE_REDLOCK) {
+            rs__arl_send(as, rq); /* on every master it can reach (async_rl.c) */
+            continue;
+        }
         if (append_op(as, rq) == 0)
             continue;
         /* nothing to send on: those that waited timeout_ms for a connection fail */
@@ -359,7 +395,7 @@ static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long l
         return;
     }
     if (at.granted) {
-        rs__aq_granted(as, rq, at.fence, at.ttl_ms, rq->sent_ns);
+        rs__aq_granted(as, rq, at.fence, at.ttl_ms, rq->sent_ns, 0);
         return;
     }
     if (rq->op == OP_CANCEL) {
@@ -434,7 +470,9 @@ static void aq_read(rs_async_t *as, rs_aconn_t *cn)
         rs_request_t *rq = ring_pop(cn);
         cn->progress_ns = rs__now_ns();
         int kept = 0;
-        if (rq == &wait_mark)
+        if (rq && as->c->ep.mode == RS_MODE_REDLOCK)
+            rs__arl_reply(as, cn, rq, r);
+        else if (rq == &wait_mark)
             on_wait(as, cn, r);
         else if (rq && rq->st == ST_FLIGHT)
             kept = on_reply(as, cn, rq, r);
@@ -452,6 +490,15 @@ int rs__aq_poll(rs_async_t *as, uint64_t due)
     struct pollfd p[1 + RS_NODES_MAX];
     rs_aconn_t *pc[1 + RS_NODES_MAX];
     int np = 1, pending = 0;
+    for (int i = 0; i < as->ncn; i++) {
+        /* what a decision made while reading appended (Redlock's undos) goes out now */
+        rs_aconn_t *cn = &as->cn[i];
+        if (cn->ctx && cn->flush) {
+            cn->flush = 0;
+            if (rs__ctx_flush(cn->ctx) != 0)
+                rs__aq_conn_broken(as, cn);
+        }
+    }
     p[0] = (struct pollfd){as->wfd, POLLIN, 0};
     for (int i = 0; i < as->ncn; i++) {
         rs_aconn_t *cn = &as->cn[i];

@@ -402,19 +402,14 @@ int rs__release(rs_handle_t *h, rs_hold_t *hold, const char *op)
     redisReply *r = NULL;
     int rc;
     if (c->ep.mode == RS_MODE_REDLOCK) {
-        /* lost when more masters deny it than a quorum could spare, or when the masters
-         * that granted it (and no renewal found without it since) and do not deny it now
-         * are fewer than a quorum: the ones that did not answer cannot make up for a
-         * grantor that says it lost the hold (a master whose key expired early: its clock
-         * jumped, tests/test_clock.c; it restarted without its data). Without this, one
-         * grantor of two confirming, the other denying and the third, which never granted
-         * it, silent, made unlock return 0 for a hold that a second client had since won. */
+        /* lost when more masters deny it than a quorum could spare, or when the grantors
+         * that do not deny it now are fewer than a quorum (rs__rl_denied): without the
+         * second rule, one grantor of two confirming, the other denying and the third,
+         * which never granted it, silent, made unlock return 0 for a hold that a second
+         * client had since won. */
         rs_rl_tally_t t;
         rc = rs__rl_lease_int(c, hold->lease, op, &t);
-        unsigned held = atomic_load(&hold->lease->rl_held);
-        int q = rs__rl_quorum(c);
-        if (rc == 0 && !lost &&
-            (t.zero > c->ep.nseeds - q || (held && __builtin_popcount(held & ~t.zero_mask) < q))) {
+        if (rc == 0 && !lost && rs__rl_denied(c, hold->lease, &t)) {
             rs__lease_set_lost(c, hold->lease);
             lost = 1;
         }

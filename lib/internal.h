@@ -19,12 +19,14 @@
  *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
  *   lease.c, wdlist.c, record.c  the leases; the registry of live leases, their local
  *               deadlines and loss reports; the holder record that rides in the renewals
+ *   rlvote.c    redlock://: a round's answers decided by quorum (pure functions)
  *   redlock.c, rlround.c  redlock://: every call on all masters at once, decided by quorum
  *   wdround.c, watchdog.c  one renewal round in one pipeline; the thread that runs them
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
  *   handle.c, holdobj.c  handles, what a thread holds through them, hold objects
- *   timerheap.c, async_wire.c, async_req.c, async.c  the event-loop API: one I/O thread
- *               per client pipelining the _async calls, their deadlines in one heap,
+ *   timerheap.c, async_wire.c, async_rl.c, async_req.c, async.c  the event-loop API: one
+ *               I/O thread per client pipelining the _async calls (under Redlock each round
+ *               on every master's pipeline, async_rl.c), their deadlines in one heap,
  *               completions behind one eventfd
  *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
  * Still pointing up: hold.c reads life.c's fork generation, and handle.c takes client
@@ -502,6 +504,45 @@ typedef struct rs_rl_tally {
 int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                     long lease_ms, rs_rl_tally_t *t);
 int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_t *t);
+/* ----- rlvote.c: Redlock's decisions, shared by redlock.c and async_rl.c ------------- */
+struct rs_call;
+struct rs_handle;
+/* An acquiring round's answers ("acq" or "cancel"), tallied master by master. */
+typedef struct rs_rl_votes {
+    int answered, granted, busy, mine;
+    int err;            /* the first error a master answered with (0: none) */
+    int queued;         /* a master queued the waiter */
+    unsigned undo;      /* to undo unless granted: masters that granted, erred or did not
+                           answer (and so may have granted) */
+    unsigned gmask, mmask, bmask; /* granted, this owner's already (EDEADLK), busy */
+    long min_ttl;       /* the smallest lease granted (-1: none) */
+    long busy_ttl;      /* the smallest ms a busy master's holder or reservation has left */
+    uint64_t fence;     /* the largest token granted */
+    uint64_t seen_fence; /* the largest fencing counter a busy answer showed */
+} rs_rl_votes_t;
+void rs__rl_votes_init(rs_rl_votes_t *v);
+/* Master i's reply r (NULL: no answer) to k's acquiring call, into v. */
+void rs__rl_vote(rs_rl_votes_t *v, const struct rs_call *k, int i, const redisReply *r);
+/* The round's verdict (q: the quorum; elapsed_ms since the call was sent; *validity: the
+ * smallest lease granted less elapsed_ms and the drift allowance). The caller undoes v->undo
+ * unless granted. */
+enum { RS_RL_GRANT, RS_RL_ERROR, RS_RL_NOQUORUM, RS_RL_BUSY, RS_RL_SPLIT };
+int rs__rl_decide(const rs_rl_votes_t *v, int q, long lease_ms, long elapsed_ms, long *validity);
+/* RS_RL_BUSY: how long to wait for a wake-up before checking again; *seen (the counter the
+ * last busy answer showed) and *recheck_ms (the last such wait) are the acquisition's. */
+long rs__rl_busy_wait(const rs_rl_votes_t *v, long lease_ms, uint64_t *seen, long *recheck_ms);
+/* RS_RL_SPLIT: a random back-off of 5..50 ms (at most a tenth of the lease, at least 1). */
+long rs__rl_backoff_ms(long lease_ms);
+/* A round's budget on all masters: lease/5 within 50..500 ms, at most timeout_ms. */
+long rs__rl_round_ms(const rs_client_t *c, long lease_ms);
+/* Whether a release's (or renewal's) answers t say that hold lease l was lost. */
+int rs__rl_denied(rs_client_t *c, rs_lease_t *l, const rs_rl_tally_t *t);
+/* One line at RS_LOG_DEBUG per acquiring round: what each master answered (G granted, b
+ * busy, - no answer or an error, m this owner's) and the verdict, e.g.
+ *   redlock mutex "n1" acq #4: Gb- (busy 2727 ms, valid -1 ms), split vote: back-off 23 ms */
+void rs__rl_log_round(rs_client_t *c, const struct rs_handle *h, const char *op,
+                      unsigned attempt, const rs_rl_votes_t *v, long validity,
+                      const char *what, long ms);
 /* The watchdog's round under Redlock: res[i] as run_round's (1 renewed on a quorum, 0 denied
  * by more than N - quorum masters, 2 a queue entry found granted, -1 no answer). */
 /* The start of a renewal round of n leases (watchdog.c, redlock.c): every res[i] = -1 (no

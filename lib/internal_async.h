@@ -53,7 +53,7 @@ typedef struct rs_async_event {
 int rs__async_event(rs_call_t *k, const char *topic, const rs_async_event_t *ev,
                     long recheck_ms, const struct timespec *abstime, rs_done_fn *done, void *arg,
                     rs_request_t **req);
-/* ----- async.c, async_req.c, async_wire.c: shared by the three files only ------------- */
+/* ----- async.c, async_req.c, async_wire.c, async_rl.c: shared by these files only ------ */
 enum { RQ_ACQ, RQ_REL, RQ_EVT };
 enum { ST_NEW, ST_SUB, ST_SEND, ST_FLIGHT, ST_WAIT, ST_DELAY, ST_FIN, ST_UNDO };
 enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
@@ -61,11 +61,12 @@ enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
 
 /* A request: one allocation, sized to fit, and all a pending request costs beyond the
  * client's per-request slots (bench/async/async.c prints it; docs/performance.md): 480
- * bytes from malloc for an rs_mutex_acquire_async with a 13-byte name, of which 407 of
- * record (136 its queue-entry lease, 96 its callback waiter, 175 the rest, of which the
- * Cluster's ASK byte), 64 of strings (a 38-byte acquisition id, the 24-byte main key, their
- * NULs), 9 of malloc's header and
- * rounding (a longer name or id can cross into the next 16-byte step).
+ * bytes from malloc for an rs_mutex_acquire_async with a 13-byte name, of which 409 of
+ * record (136 its queue-entry lease, 96 its callback waiter, 177 the rest, of which the
+ * Cluster's ASK byte and Redlock's rlat), 64 of strings (a 38-byte acquisition id, the
+ * 24-byte main key, their NULs), 7 of malloc's header and rounding (a longer name or id can
+ * cross into the next 16-byte step). Under Redlock the block also holds the request's
+ * rs_arl_t (184 bytes, after the strings, 8-aligned).
  *
  * The block starts with the request's queue-entry lease, so the lease costs no allocation
  * and no copy of the call: its builder (async.c) rebuilds the renewal from the request's
@@ -116,6 +117,7 @@ struct rs_request {
     struct rs_request *wnext; /* woken list */
     struct rs_request *cnext; /* cancel list */
     unsigned short kat, klen; /* RQ_ACQ: the main key at str + kat, klen bytes */
+    unsigned short rlat;      /* under Redlock: its rs_arl_t at str + rlat (async_rl.c) */
     /* small fields: set before it is submitted, then read-only; one byte each */
     unsigned char type, nextra, zero_fence, try_only, busy_rc; /* busy_rc: EBUSY, EAGAIN */
     /* the I/O thread's (st also rs_request_cancel's and close's, once it is published or
@@ -128,6 +130,28 @@ struct rs_request {
     char str[]; /* acqid, then nextra extras, then (RQ_ACQ) the main key: NUL-terminated */
 };
 _Static_assert(ST_UNDO < 8 && OP_GET < 8, "st and op are 3-bit fields of rs_request");
+/* Under Redlock, a request's state across the masters (async_rl.c), in its block after the
+ * strings (rs__aq_rl): a round's call goes on every master's pipeline and its replies are
+ * gathered here, then decided as the blocking calls decide (rlvote.c). */
+typedef struct rs_arl {
+    uint64_t ticket;        /* the acquisition's place in every master's queue */
+    uint64_t seen;          /* the fencing counter its last busy answer showed */
+    long recheck_ms;        /* its last wait without a wake-up (rs__rl_busy_wait) */
+    uint64_t round_ns;      /* when this round was sent */
+    uint64_t first_ns;      /* acquiring: when the rounds without a quorum began (0: a quorum
+                               answered the last one); rel: when the call was first sent */
+    unsigned attempt;       /* acquiring rounds so far (mutex.lua ARGV[11]) */
+    unsigned sent;          /* acquiring: the masters whose answer to this round is due */
+    unsigned tried, amask;  /* rel: the masters it was sent to (and not broken since), those
+                               that answered */
+    int got;                /* replies this round */
+    int err;                /* rel: an error a master answered with */
+    unsigned char cont;     /* rel: the next send goes to the masters not tried yet */
+    unsigned char owed[RS_SEEDS_MAX]; /* replies master i still owes this request (this
+                                         round's and earlier rounds' late ones) */
+    rs_rl_votes_t v;        /* acquiring: this round's answers */
+    rs_rl_tally_t t;        /* rel: the answers */
+} rs_arl_t;
 /* A live request's client's async state (no pointer of its own in the record) */
 #define RS_RQ_AS(rq) atomic_load(&(rq)->ql.c->as)
 
@@ -190,7 +214,7 @@ void rs__aq_fail(rs_async_t *as, rs_request_t *rq, int rc);
 void rs__aq_want_send(rs_async_t *as, rs_request_t *rq, int op);
 void rs__aq_set_timer(rs_async_t *as, rs_request_t *rq, int st, uint64_t due);
 void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_ms,
-                    uint64_t sent_ns);
+                    uint64_t sent_ns, unsigned rl_granted);
 void rs__aq_woken(rs_async_t *as, rs_request_t *rq, int wake, const char *msg);
 void rs__aq_to_wait(rs_async_t *as, rs_request_t *rq, uint64_t until);
 void rs__aq_give_up(rs_async_t *as, rs_request_t *rq);
@@ -203,6 +227,20 @@ void rs__aq_conns_free(rs_async_t *as); /* closes every connection, frees the ri
  * stalled. 1 if wfd was readable. */
 int rs__aq_poll(rs_async_t *as, uint64_t due);
 void rs__aq_flush(rs_async_t *as); /* dials if need be, sends the send queue */
+int rs__aq_ring_push(rs_aconn_t *cn, rs_request_t *rq); /* a reply owed to rq (NULL: nobody) */
+/* Under Redlock: the I/O thread's connection to master i (cn[i]), dialled if dial and it
+ * has none (not while closing, nor within a second of a failed dial); NULL if none. */
+rs_aconn_t *rs__aq_master(rs_async_t *as, int i, int dial);
+/* async_rl.c: a request's calls under Redlock */
+static inline rs_arl_t *rs__aq_rl(rs_request_t *rq)
+{
+    return (rs_arl_t *)(void *)(rq->str + rq->rlat);
+}
+void rs__arl_send(rs_async_t *as, rs_request_t *rq); /* its op, on every master */
+void rs__arl_reply(rs_async_t *as, rs_aconn_t *cn, rs_request_t *rq, redisReply *r);
+void rs__arl_lost(rs_async_t *as, rs_request_t *rq, int i); /* master i's conn broke */
+void rs__arl_timer(rs_async_t *as, rs_request_t *rq);       /* its round's budget passed */
+void rs__arl_forget(rs_async_t *as, rs_request_t *rq); /* no reply is read for it any more */
 
 /* rs_client_close: stops the I/O thread after leaving Redis' queues (pending requests are
  * cancelled there, grants that raced are released); rs__async_finish, after the holds are

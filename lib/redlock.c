@@ -46,48 +46,9 @@ static int popcount(unsigned m)
     return __builtin_popcount(m);
 }
 
-/* A waiter's first check without a wake-up after the lock changed hands (rl_acquiring). */
-#define RS_RL_RECHECK_MS 20
-
-/* The budget of one round on all masters: small against the lease (Redlock's advice: a
- * master that hangs must not eat the validity), within timeout_ms. */
 static long round_ms(const rs_client_t *c, long lease_ms)
 {
-    long ms = lease_ms / 5;
-    if (ms < 50)
-        ms = 50;
-    if (ms > 500)
-        ms = 500;
-    return ms < c->timeout_ms ? ms : c->timeout_ms;
-}
-
-/* A random back-off of 5..50 ms (never more than a tenth of the lease, at least 1 ms), so
- * that clients that split the vote do not meet again at once. */
-static long backoff_ms(long lease_ms)
-{
-    static _Thread_local uint64_t s;
-    if (!s)
-        s = rs__now_ns() ^ (rs__thread_no() * 0x9e3779b97f4a7c15ull) ^ 1;
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    long hi = lease_ms / 10 < 50 ? lease_ms / 10 : 50;
-    if (hi < 5)
-        return hi > 0 ? hi : 1;
-    return 5 + (long)(s % (uint64_t)(hi - 4));
-}
-
-/* One line at RS_LOG_DEBUG per acquiring round: what each master answered (G granted, b
- * busy, - no answer or an error, m this owner's) and what the round decided, e.g.
- *   redlock mutex "n1" acq #4: Gb- (busy 2727 ms, valid -), split vote: back-off 23 ms
- * The lines of a run show split votes and lapsed wake-ups (docs/reliability.md, "Redlock
- * under delay and loss"). */
-static void log_round(rs_call_t *k, const char *op, const char *per, long busy_ttl,
-                      long validity, const char *what, long ms)
-{
-    rs_client_t *c = k->h->c;
-    if (c->log)
-        rs__log(c, RS_LOG_DEBUG, "redlock %s \"%.*s\" %s #%u: %s (busy %ld ms, valid %ld ms), %s%s%ld%s",
-                k->h->kind, RS_HNAME(k->h), op, k->rl_attempt, per, busy_ttl, validity, what,
-                ms >= 0 ? " " : "", ms, ms >= 0 ? " ms" : "");
+    return rs__rl_round_ms(c, lease_ms);
 }
 
 struct dial_wd {
@@ -236,84 +197,49 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         long left = rs__rl_ms_left(end), budget = round_ms(c, lease);
         rs__rl_round(c, k->h->script, k->h->nkeys, &v, rs__rl_all_mask(c),
                  budget < left ? budget : (left > 0 ? left : 1), rep);
-        int answered = 0, granted = 0, busy = 0, mine = 0, err = 0;
-        unsigned undo = 0, gmask = 0, mmask = 0;
-        long min_ttl = -1, busy_ttl = -1;
-        uint64_t fence = 0;
+        rs_rl_votes_t vt;
+        rs__rl_votes_init(&vt);
         for (int i = 0; i < n; i++) {
-            redisReply *r = rep[i];
-            if (!r) {
-                undo |= 1u << i; /* it may have granted */
-                continue;
-            }
-            rs_attempt_t a;
-            memset(&a, 0, sizeof a);
-            int rc = r->type == REDIS_REPLY_ERROR ? rs__reply_error(c, r)
-                                                  : rs__decode_grant(k, r, &a);
-            freeReplyObject(r);
-            if (rc == EDEADLK) {
-                answered++, mine++;
-                mmask |= 1u << i;
-            } else if (rc) {
-                if (!err)
-                    err = rc;
-                undo |= 1u << i;
-            } else if (a.granted) {
-                answered++, granted++;
-                undo |= 1u << i;
-                gmask |= 1u << i;
-                if (a.fence > fence)
-                    fence = a.fence;
-                if (min_ttl < 0 || a.ttl_ms < min_ttl)
-                    min_ttl = a.ttl_ms;
-            } else {
-                answered++, busy++;
-                out->queued |= a.queued;
-                if (busy_ttl < 0 || a.retry_ms < busy_ttl)
-                    busy_ttl = a.retry_ms; /* a reservation's: the ms it has left */
-                if (a.seen_fence > out->seen_fence)
-                    out->seen_fence = a.seen_fence;
-            }
+            rs__rl_vote(&vt, k, i, rep[i]);
+            if (rep[i])
+                freeReplyObject(rep[i]);
         }
-        long elapsed = (long)((rs__now_ns() - out->sent_ns) / RS_NS_PER_MS);
-        long validity = min_ttl - elapsed - (long)(rs__drift_ns(lease) / RS_NS_PER_MS);
-        char per[RS_SEEDS_MAX + 1];
-        for (int i = 0; i < n; i++)
-            per[i] = (gmask >> i) & 1   ? 'G'
-                     : (mmask >> i) & 1 ? 'm'
-                     : (undo >> i) & 1  ? '-'
-                                        : 'b';
-        per[n] = '\0';
-        if (granted >= q && validity > 0) {
-            log_round(k, op, per, busy_ttl, validity, "granted", -1);
+        out->queued = vt.queued;
+        out->seen_fence = vt.seen_fence;
+        long validity;
+        int verdict = rs__rl_decide(&vt, q, lease,
+                                    (long)((rs__now_ns() - out->sent_ns) / RS_NS_PER_MS),
+                                    &validity);
+        if (verdict == RS_RL_GRANT) {
+            rs__rl_log_round(c, k->h, op, k->rl_attempt, &vt, validity, "granted", -1);
             out->granted = 1;
-            out->fence = fence;
-            out->ttl_ms = min_ttl;
-            out->rl_granted = gmask;
+            out->fence = vt.fence;
+            out->ttl_ms = vt.min_ttl;
+            out->rl_granted = vt.gmask;
             rs__clear_error();
             return 0;
         }
         /* not ours: undo every grant (and what the silent masters may have granted; not on a
          * master marked down: dialling it again would cost the round's budget, and a grant it
          * may hold expires with its lease) */
+        unsigned undo = vt.undo;
         for (int i = 0; i < n; i++)
             if (!rep[i] && rs__rl_is_down(c, i))
                 undo &= ~(1u << i);
         release_on(k, undo);
-        if (mine >= q && rs__watch_holds(c, k->h->key[0], k->h->klen[0], k->token, k->toklen))
+        if (vt.mine >= q && rs__watch_holds(c, k->h->key[0], k->h->klen[0], k->token, k->toklen))
             return rs__fail(c, EDEADLK, "this thread already holds %s \"%.*s\"", k->h->kind,
                             RS_HNAME(k->h));
-        if (err && answered < q)
-            return err;
-        if (answered < q)
-            log_round(k, op, per, busy_ttl, validity, "no quorum answered", -1);
-        if (answered < q) {
+        if (verdict == RS_RL_ERROR)
+            return vt.err;
+        if (verdict == RS_RL_NOQUORUM) {
+            rs__rl_log_round(c, k->h, op, k->rl_attempt, &vt, validity, "no quorum answered", -1);
             if (!retry || rs__rl_ms_left(end) <= 0)
                 return rs__fail(c, RS_ECONN, "only %d of %d redlock masters answered within %ld "
-                                "ms (a quorum is %d)", answered, n, c->timeout_ms, q);
+                                "ms (a quorum is %d)", vt.answered, n, c->timeout_ms, q);
             if (atomic_load(&c->closing))
                 return rs__fail(c, ECANCELED, "the client is closing");
-            long nap = backoff_ms(lease), l2 = rs__rl_ms_left(end);
+            long nap = rs__rl_backoff_ms(lease), l2 = rs__rl_ms_left(end);
             rs__sleep_ns((uint64_t)(nap < l2 ? nap : l2) * RS_NS_PER_MS);
             continue;
         }
@@ -324,26 +250,16 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
          * sends, and two clients that split the vote would then meet again in lockstep (seen
          * with one master of three paused: two of them took one master each, forever) */
         out->granted = 0;
-        if (busy >= q && busy_ttl > 0) {
+        if (verdict == RS_RL_BUSY) {
             /* held on a quorum, or reserved there for the waiter a release woke: sleep until
-             * a wake-up, but check again after a while even without one, so that a lost
-             * wake-up does not cost the holder's whole lease. The check comes after 20 ms,
-             * then twice as long each time: a lost wake-up costs at most as long again as
-             * the wait had lasted. While the lock changes hands the wait is at most lease/8;
-             * a hold that stays (same fencing counter) is checked ever more rarely, up to its
-             * lease: a long hold costs a few checks, never a poll */
-            long iv = k->rl_recheck_ms > 0 ? 2 * k->rl_recheck_ms : RS_RL_RECHECK_MS;
-            long cap = lease / 8 > RS_RL_RECHECK_MS ? lease / 8 : RS_RL_RECHECK_MS;
-            if (out->seen_fence != k->rl_seen && iv > cap)
-                iv = cap;
-            k->rl_seen = out->seen_fence;
-            k->rl_recheck_ms = iv;
-            out->retry_ms = busy_ttl < iv ? busy_ttl : iv;
-            log_round(k, op, per, busy_ttl, validity, "busy: wait for a wake-up, at most",
-                      out->retry_ms);
+             * a wake-up, checking again after a while even without one (rs__rl_busy_wait) */
+            out->retry_ms = rs__rl_busy_wait(&vt, lease, &k->rl_seen, &k->rl_recheck_ms);
+            rs__rl_log_round(c, k->h, op, k->rl_attempt, &vt, validity,
+                             "busy: wait for a wake-up, at most", out->retry_ms);
         } else {
-            long nap = backoff_ms(lease);
-            log_round(k, op, per, busy_ttl, validity, "split vote: back-off", nap);
+            long nap = rs__rl_backoff_ms(lease);
+            rs__rl_log_round(c, k->h, op, k->rl_attempt, &vt, validity, "split vote: back-off",
+                             nap);
             rs__sleep_ns((uint64_t)nap * RS_NS_PER_MS);
             out->retry_ms = 1;
         }
@@ -422,15 +338,16 @@ int rs__rl_open(rs_client_t *c)
 struct renew_cmds {
     rs_lease_t **batch;
     rs_lease_scratch_t *s; /* a built lease's call, appended before the next is built */
+    rs_argv_t a;           /* its arguments, which out refers to (the fence is formatted into
+                              a's arena): alive until fanout has appended them */
 };
 
 static void build_renew(void *arg, int j, rs_argv_t *out)
 {
     struct renew_cmds *rc = arg;
     rs_lease_t *l = rc->batch[j];
-    rs_argv_t a;
-    rs__lease_argv(l, l->renew_op, rc->s, &a);
-    rs__evalsha_argv(l->script, l->nkeys, &a, out);
+    rs__lease_argv(l, l->renew_op, rc->s, &rc->a);
+    rs__evalsha_argv(l->script, l->nkeys, &rc->a, out);
 }
 
 void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uint64_t *sent,
@@ -465,7 +382,7 @@ void rs__rl_renew_round(rs_client_t *c, rs_lease_t **batch, int *res, int n, uin
             rs__rl_mark(c, i, 0);
         }
     rs_lease_scratch_t s;
-    struct renew_cmds rc = {batch, &s};
+    struct renew_cmds rc = {batch, &s, {0}};
     unsigned todo = rs__rl_all_mask(c);
     for (int pass = 0; pass < 2 && todo; pass++) {
         redisContext *ctx[RS_SEEDS_MAX] = {0};

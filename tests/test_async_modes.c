@@ -5,13 +5,12 @@
  *                       sentinel fails the master over to its replica; the I/O thread
  *                       follows the new master (READONLY / reconnect), every request
  *                       completes exactly once and is granted, grants never overlap
- *   refused_modes       redlock://: ENOTSUP at the call with the reason, done never
- *                       called, the hold left alone by release_async
  *   min_replicas_confirmed  a master and its replica, min_replicas 1: requests queued on a
  *                       held mutex are granted one by one by handoffs, each confirmed by a
  *                       WAIT in the pipeline (the announced grant asked again); with the
  *                       replica stopped a grant is given back and done gets RS_EREPL, the
  *                       mutex left free
+ * redlock:// has a file of its own, test_async_redlock.c.
  */
 #include <criterion/criterion.h>
 
@@ -135,44 +134,6 @@ Test(async_modes, sentinel_failover)
     ts_server_stop(&sent);
     ts_server_stop(&replica);
     ts_server_stop(&master);
-}
-
-static int never_ran;
-
-static void never(int rc, rs_hold_t *hold, void *arg)
-{
-    (void)rc, (void)hold, (void)arg;
-    never_ran++;
-}
-
-Test(async_modes, refused_modes)
-{
-    ts_server_t s[3];
-    for (int i = 0; i < 3; i++)
-        tu_start_server(&s[i]);
-    char url[512];
-    ts_redlock_url(url, sizeof url, s, 3);
-    rs_config_t cfg;
-    rs_config_init(&cfg);
-    cfg.url = url;
-    rs_client_t *c;
-    cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
-    rs_mutex_t *m;
-    cr_assert_eq(rs_mutex_init(&m, c, "rl"), 0);
-    rs_request_t *req;
-    cr_expect_eq(rs_mutex_acquire_async(m, NULL, never, NULL, &req), ENOTSUP);
-    cr_expect(strstr(rs_client_lasterror(c), "redlock") != NULL, "%s", rs_client_lasterror(c));
-    cr_expect_null(req);
-    rs_hold_t *h;
-    cr_assert_eq(rs_mutex_acquire(m, NULL, &h), 0, "%s", rs_client_lasterror(c));
-    cr_expect_eq(rs_hold_release_async(h, never, NULL), ENOTSUP);
-    cr_expect_eq(rs_hold_lost(h), 0, "the hold was left alone");
-    cr_expect_eq(rs_hold_release(h), 0);
-    rs_mutex_destroy(m);
-    rs_client_close(c);
-
-    for (int i = 0; i < 3; i++)
-        ts_server_stop(&s[i]);
 }
 
 Test(async_modes, min_replicas_confirmed)
