@@ -145,15 +145,18 @@ int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_
 /* ----- acquisition (rs__wait_acquire's operations; ctx is the rs_call_t) ------------- */
 
 /* Best effort, one round: "rel" of this acquisition on the masters of mask (those that
- * granted, and those that did not answer and so may have). */
-static void release_on(rs_call_t *k, unsigned mask)
+ * granted, and those that did not answer and so may have). leaving: after the "cancel" that
+ * ends the acquisition a plain "rel" (which wakes the next waiter), not the undo of one
+ * attempt: "cancel" does not stamp its number into a grant it finds, so an undo of that
+ * number would leave an earlier attempt's grant for a lease (lib/async_rl.c does the same). */
+static void release_on(rs_call_t *k, unsigned mask, int leaving)
 {
     rs_client_t *c = k->h->c;
     if (!mask)
         return;
     rs_argv_t v;
-    rs__call_argv(k, "rel", "u", &v); /* an undo: wakes nobody (mutex.lua) */
-    if (k->nextra == 0) {
+    rs__call_argv(k, "rel", leaving ? "t" : "u", &v); /* an undo wakes nobody (mutex.lua) */
+    if (k->nextra == 0 && !leaving) {
         /* of this attempt only: sent on a connection that may be dropped before it arrives,
          * it must not free a later attempt's grant (mutex.lua, ARGV[11]) */
         rs__argv_ref(&v, "", 0);
@@ -226,7 +229,7 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         for (int i = 0; i < n; i++)
             if (!rep[i] && rs__rl_is_down(c, i))
                 undo &= ~(1u << i);
-        release_on(k, undo);
+        release_on(k, undo, strcmp(op, "cancel") == 0);
         if (vt.mine >= q && rs__watch_holds(c, k->h->key[0], k->h->klen[0], k->token, k->toklen))
             return rs__fail(c, EDEADLK, "this thread already holds %s \"%.*s\"", k->h->kind,
                             RS_HNAME(k->h));
