@@ -454,7 +454,9 @@ RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known
  *               connection is then dropped; a broken connection is re-dialled and every
  *               request that was on it re-sent with its acquisition id, which the scripts
  *               recognise: a grant is never taken twice); RS_ECONN also when the subscriber
- *               could not subscribe within timeout_ms. A deadline of a request whose call is
+ *               could not subscribe within timeout_ms (RS_ESERVER when the server refused
+ *               the subscription, e.g. a user without the pub/sub rights: the log callback
+ *               gets the server's text). A deadline of a request whose call is
  *               on the wire is acted on when its reply comes, at most timeout_ms late;
  *   RS_EQUEUE, RS_ESERVER, ENOMEM as the blocking calls.
  * req (required) is the request's handle for rs_request_cancel; it is valid until done
@@ -503,10 +505,10 @@ RS_API int rs_latch_wait_async(rs_latch_t *l, const struct timespec *abstime, rs
  * API cannot catch). done(0, NULL, arg) when released, done(RS_ELOST, NULL, arg) if the
  * hold had been lost meanwhile (on_lost was called), RS_ECONN if Redis stayed unreachable
  * for timeout_ms (the hold then expires with its lease). EINVAL for NULL h or done, or a
- * hold that is not a hold object. Under redlock:// "rel" goes to every master and
- * RS_ELOST means more masters denied the hold than a quorum could spare. After rs_client_close (which released h in Redis) it returns
- * ECANCELED at the call, frees h and done is not called; in a fork child RS_EFORK (h is the
- * parent's and is left alone). */
+ * hold that is not a hold object. Under redlock:// "rel" goes to every master and RS_ELOST
+ * means more masters denied the hold than a quorum could spare. After rs_client_close (which
+ * released h in Redis) it returns ECANCELED at the call, frees h and done is not called; in a
+ * fork child RS_EFORK (h is the parent's and is left alone). */
 RS_API int rs_hold_release_async(rs_hold_t *h, rs_done_fn *done, void *arg);
 /* Cancels a pending request: done(ECANCELED, NULL, arg) follows unless done already ran (req
  * must still be valid: not after done). A grant that raced the cancel (granted in Redis, or

@@ -384,8 +384,15 @@ static void on_timer(rs_async_t *as, rs_request_t *rq)
         } else {
             rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
             rq->st = ST_NEW;
-            int rc = rs__fail(as->c, RS_ECONN, "cannot subscribe to wake-ups within %ld ms",
-                              as->c->timeout_ms);
+            /* the server refused the subscription (a user without the pub/sub rights):
+             * RS_ESERVER, as the blocking calls say; else it was not confirmed in time */
+            pthread_mutex_lock(&as->c->nt.mu);
+            int refused = as->c->nt.error[0] != '\0';
+            pthread_mutex_unlock(&as->c->nt.mu);
+            int rc = refused ? rs__fail(as->c, RS_ESERVER, "the subscription to wake-ups was "
+                                        "refused by the server")
+                             : rs__fail(as->c, RS_ECONN, "cannot subscribe to wake-ups within "
+                                        "%ld ms", as->c->timeout_ms);
             rs__aq_complete(as, rq, rc, NULL);
         }
     } else if (rq->st == ST_WAIT && rq->type == RQ_EVT) {

@@ -33,6 +33,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "test_async.h"
 #include "redis_server.h"
 #include "redisync.h"
 #include "test_assert.h"
@@ -461,5 +462,57 @@ Test(netweak, waiting_while_unreachable_is_logged)
     }
     rs_client_close(c2);
     rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* The event-loop API when the subscriber is refused                                      */
+
+static void refused_done(int rc, rs_hold_t *hold, void *arg)
+{
+    int *got = arg;
+    got[0]++;
+    got[1] = rc;
+    if (hold)
+        rs_hold_release(hold);
+}
+
+Test(netweak, async_subscription_refused)
+{
+    /* a request that must wait needs the subscription; a server that refuses it (NOPERM)
+     * is RS_ESERVER, as for the blocking calls, not a connection failure */
+    ts_server_t s;
+    tu_start_server(&s);
+    char buf[256];
+    cr_assert_str_eq(ts_cmd_str(&s, buf, sizeof buf, "ACL SETUSER nosub on >pw ~* &* +@all "
+                                "-subscribe -psubscribe -ssubscribe"), "OK");
+    rs_config_t cfg;
+    rs_config_init(&cfg);
+    char url[160];
+    snprintf(url, sizeof url, "redis://nosub:pw@127.0.0.1:%d", s.port);
+    cfg.url = url;
+    cfg.lease_ms = 2000;
+    cfg.timeout_ms = 500;
+    rs_client_t *c = NULL;
+    int rc = rs_client_open(&c, &cfg);
+    cr_assert_eq(rc, 0, "open as nosub: %d %s", rc, rs_client_lasterror(NULL));
+    rs_client_t *c2 = tu_open_client(&s, 2000, 500, NULL);
+    rs_mutex_t *m = new_mutex(c, "busy"), *m2 = new_mutex(c2, "busy");
+    cr_assert_eq(rs_mutex_lock(m2), 0);
+
+    int got[2] = {0, -1};
+    rs_request_t *req;
+    struct timespec dl = tu_abs_in(5000);
+    cr_assert_eq(rs_mutex_acquire_async(m, &dl, refused_done, got, &req), 0, "%s",
+                 rs_client_lasterror(c));
+    cr_assert(loop_until(c, &got[0], 1, 4000), "done did not run");
+    cr_expect_eq(got[1], RS_ESERVER, "a refused subscription: %d (%s)", got[1],
+                 rs_strerror(got[1]));
+    cr_expect_eq(rs_mutex_unlock(m2), 0);
+
+    rs_mutex_destroy(m);
+    rs_mutex_destroy(m2);
+    rs_client_close(c);
+    rs_client_close(c2);
     ts_server_stop(&s);
 }
