@@ -469,21 +469,37 @@ if not now_ms then now_ms, now_us = clock() end
 -- that the type checks before the first write (purge's) TYPE no key in the common cases
 local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
 local seen
+-- An acq behind another owner's live write hold, with nothing to purge: nothing can be
+-- granted (readers and writers are both admitted only without a writer), refused (a read
+-- hold of the caller never coexists with another owner's write hold: a writer is admitted
+-- only without read holds, after the purge) or answered as a retry, and nothing is written
+-- before q_add's own reads (ZRANGE of the queue, then HSET of its info, which fails on
+-- another type before it writes; the read holds are not written): the caller is answered
+-- busy and queued without the queue's head, its entry and its own read hold being read.
+local behind = false
+if op == 'acq' and #old == 0 then
+  local w = writer()
+  behind = w[1] and w[1] ~= tokhash and (tonumber(w[4]) or 0) > now_ms
+end
 if hot then
   writer()
   typed[1], typed[5] = true, true
-  if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[3], '0', '0')[1] or false end
-  typed[3] = true
-  if qfirst then
-    qinfo = redis.call('HGET', KEYS[4], qfirst)
-    typed[4] = true
-  end
-  if op ~= 'rel' or mode == 'r' then
-    reader_c(tokhash)
+  if behind then
+    typed[3], typed[4], typed[6] = true, true, true
   else
-    nreaders()
+    if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[3], '0', '0')[1] or false end
+    typed[3] = true
+    if qfirst then
+      qinfo = redis.call('HGET', KEYS[4], qfirst)
+      typed[4] = true
+    end
+    if op ~= 'rel' or mode == 'r' then
+      reader_c(tokhash)
+    else
+      nreaders()
+    end
+    typed[6] = true
   end
-  typed[6] = true
   if op == 'acq' then
     -- the counter a queued caller is told (below); read again if a grant moves it
     seen = redis.call('GET', KEYS[2]) or '0'
@@ -493,6 +509,14 @@ if hot then
   if err then return err end
 end
 purge(now_ms, old)
+
+if op == 'acq' and behind then
+  local ttl = busy_ttl(now_ms)
+  if ARGV[6] ~= 'q' then return {0, ttl, 0, seen} end
+  local e = enqueue(tokhash, now_ms)
+  if e then return e end
+  return {0, ttl, 1, seen}
+end
 
 if op == 'acq' then
   local f, ttl = held_by(mode, tokhash, ARGV[3], now_ms)

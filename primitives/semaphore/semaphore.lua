@@ -344,11 +344,16 @@ end
 -- channel (not the caller: it gets the reply). A head that wants more than the size can
 -- never be served: it is dropped and told to retry ("ACQID 0"), which gives it RSINVAL.
 -- Returns the permits taken afterwards and whether a waiter that does not fit is first.
+-- With no permit free nobody can be served, so the queue is not read (a handover stops right
+-- after its grant): a head that wants more than a size lowered since it queued is then told
+-- at the first serve that finds a permit free, not before. all: read the head anyway (the
+-- size op, which is what lowers it).
 -- Grants since the call began (serve's): the caller's hold and the counter may have moved.
 local served = false
 
-local function serve(size, taken, now_ms, now_us)
+local function serve(size, taken, now_ms, now_us, all)
   while true do
+    if taken >= size and not all then return taken, qfirst ~= false end
     local head, info = live_head(now_ms)
     if not head then return taken, false end
     local _, lease, tok, n = string.match(info, '^(%d+) (%d+) (%x+) (%d+)$')
@@ -573,7 +578,7 @@ if op == 'size' then
   redis.call('HSET', KEYS[1], 's', fmt(size))
   redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
   local now_ms, now_us = clock()
-  serve(size, count_taken(now_ms), now_ms, now_us)
+  serve(size, count_taken(now_ms), now_ms, now_us, true)
   return 1
 end
 
