@@ -79,6 +79,10 @@ end
 --   nr     the number of read holds (HLEN of rinfo)
 local wf, rd, nr
 local granted -- a grant of this call has moved the fencing counter
+-- The TTL (ms) the main key is known to have at least since a release of this call extended
+-- it for its tombstone (the key keeps that tombstone since, so it is not deleted); 0: not
+-- known. A writer granted right after, with a lease no longer, needs no PTTL of its own.
+local kept_main = 0
 
 -- The owner's read hold: acqid, count, fence, last call id (or nil).
 local function reader(tok)
@@ -111,7 +115,7 @@ local function grant_writer(tok, acq, lease, now_ms, now_us)
   local x = fmt(now_ms + tonumber(lease))
   redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', x, 'n', '1', 'e', '-', 'g', f)
   wf = nil -- read again if needed (the fast paths return at once: no table to build)
-  extend_lazily(KEYS[1], tonumber(lease))
+  if tonumber(lease) > kept_main then extend_lazily(KEYS[1], tonumber(lease)) end
   return f
 end
 
@@ -137,7 +141,8 @@ end
 local function release_writer()
   redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
   if type(redis.pcall('HSET', KEYS[1], 'r', ARGV[3])) == 'number' then
-    extend_lazily(KEYS[1], math.max(tonumber(ARGV[4]), TOMB_MS))
+    kept_main = math.max(tonumber(ARGV[4]), TOMB_MS)
+    extend_lazily(KEYS[1], kept_main)
   end
 end
 
@@ -155,6 +160,7 @@ local function release_reader(tok, now_ms)
     if type(redis.pcall('HSET', KEYS[1], tomb, ARGV[3])) == 'number' then
       extend_lazily(KEYS[5], tomb_ms)
       extend_lazily(KEYS[1], tomb_ms)
+      kept_main = tomb_ms
     else
       redis.call('ZREM', KEYS[5], tomb)
     end
