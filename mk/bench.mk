@@ -66,8 +66,8 @@
 #                     pair and per renew, for the mutex, the rwlock (writers) and the
 #                     semaphore (1 permit), and the raw FIFO floor's, with the Redis calls
 #                     inside scripts per contended acquisition and the ratios to the floor and
-#                     the mutex (about 75 s; independent of the machine's load);
-#                     INSTR_ARGS='--n1 400 --n2 1600 --only mutex,rwlock,sem'
+#                     the mutex (about 60 s; independent of the machine's load);
+#                     INSTR_ARGS='--n1 400 --n2 1600 --only mutex,rwlock,sem --script mutex=FILE'
 #
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).

@@ -65,13 +65,16 @@ def fail(msg):
     sys.exit(1)
 
 
+OVERRIDE = {}  # --script NAME=FILE: a candidate body in place of primitives/NAME/NAME.lua
+
+
 def script_text(name):
     """The script body as scripts/embed-lua.sh builds it."""
     def rd(p):
         with open(os.path.join(ROOT, p), encoding='ascii') as f:
             return f.read()
     core, common = rd('primitives/core.lua'), rd('primitives/common.lua')
-    body = rd('primitives/%s/%s.lua' % (name, name))
+    body = rd(OVERRIDE.get(name, 'primitives/%s/%s.lua' % (name, name)))
     lines = body.split('\n')
     if '-- @common' in lines:
         i = lines.index('-- @common')
@@ -159,7 +162,7 @@ class Conn:
 
 
 class Server:
-    def __init__(self, outdir):
+    def __init__(self, outdir, extra=()):
         self.outdir = outdir
         s = socket.socket()
         s.bind(('127.0.0.1', 0))
@@ -170,7 +173,7 @@ class Server:
             ['valgrind', '--tool=callgrind',
              '--callgrind-out-file=%s/cg.out' % outdir,
              'redis-server', '--port', str(self.port), '--bind', '127.0.0.1',
-             '--save', '', '--appendonly', 'no'],
+             '--save', '', '--appendonly', 'no'] + list(extra),
             stdout=subprocess.DEVNULL, stderr=self.log)
         for _ in range(300):
             try:
@@ -255,7 +258,10 @@ class Prim:
 
 
 def acq_id(owner, n):
-    return 'pub%d:%d.secret%d' % (owner, n, owner)
+    """shaped like lib/hold.c's: PUBLICID (16 hex) ":" N (hex) "." SECRET (16 hex), so that
+    members and values have the library's lengths (Redis picks a key's encoding by them)"""
+    return '%016x:%x.%016x' % (0x5eed0000 + owner, n, (0x9e3779b97f4a7c15 * (n + 1) + owner)
+                               % (1 << 64))
 
 
 def commandstats(c):
@@ -289,7 +295,7 @@ def measure(srv, work, n1, n2):
 def prim_figures(srv, key, n1, n2):
     # contended: 8 owners, owner 0 holds, 1..7 queued
     p = Prim(srv, key, 'instr:' + key)
-    toks = ['tok%d:%s' % (i, key) for i in range(K)]
+    toks = ['%032x:%x' % (0xabc0 + i, i) for i in range(K)]  # lib/hold.c's owner tokens' shape
     seq = [0] * K
     setup = [p.ev('acq', toks[i], acq_id(i, 0)) for i in range(K)]
     r = srv.c.pipe(setup)
@@ -362,7 +368,21 @@ def main():
     ap.add_argument('--n1', type=int, default=400)
     ap.add_argument('--n2', type=int, default=1600)
     ap.add_argument('--only', default='mutex,rwlock,sem')
+    ap.add_argument('--script', action='append', default=[], metavar='NAME=FILE',
+                    help='measure FILE (a candidate, spliced like the real one) in place of '
+                         'primitives/NAME/NAME.lua (NAME: mutex, rwlock, semaphore)')
+    ap.add_argument('--server-arg', action='append', default=[], metavar='ARG',
+                    help='one more redis-server argument, e.g. --server-arg=--zset-max-listpack-value '
+                         '--server-arg=128 (a diagnosis: the encodings Redis picks by size)')
+    ap.add_argument('--keep', action='store_true',
+                    help='keep the callgrind dumps (one per run, in order; callgrind_annotate '
+                         'reads them) and print their directory')
     a = ap.parse_args()
+    for x in a.script:
+        name, _, path = x.partition('=')
+        if name not in ('mutex', 'rwlock', 'semaphore') or not os.path.isfile(path):
+            fail('--script %r: NAME=FILE with NAME mutex, rwlock or semaphore' % x)
+        OVERRIDE[name] = os.path.abspath(path)
     if a.n2 <= a.n1 or a.n1 < 1:
         fail('--n2 must be above --n1 >= 1')
     only = [x for x in a.only.split(',') if x]
@@ -374,13 +394,16 @@ def main():
             fail('%s not found (scripts/deps.sh installs it)' % tool)
     t0 = time.time()
     outdir = tempfile.mkdtemp(prefix='rs-instr-')
-    srv = Server(outdir)
+    srv = Server(outdir, a.server_arg)
     try:
         fl = floor_figures(srv, a.n1, a.n2)
         figs = {k: prim_figures(srv, k, a.n1, a.n2) for k in only}
     finally:
         srv.stop()
-    shutil.rmtree(outdir, ignore_errors=True)
+    if a.keep:
+        print('callgrind dumps kept in %s' % outdir)
+    else:
+        shutil.rmtree(outdir, ignore_errors=True)
 
     print('Server instructions (callgrind; (I(%d) - I(%d)) / %d), redis-server %s' %
           (a.n2, a.n1, a.n2 - a.n1, redis_version()))
