@@ -157,26 +157,27 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
     -- the holds (scores below TOMB_BASE) and, after them, the tombstones due, in one read
     local all = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(TOMB_BASE + now_ms),
                            'WITHSCORES', 'LIMIT', 0, 2 * FAST_MAX + 2)
-    local ids, gone, ok, first_end = {ARGV[3]}, {}, true, nil
+    local ids, ends, gone, ok = {ARGV[3]}, {false}, {}, true
     for i = 1, #all, 2 do
       local score = tonumber(all[i + 1])
       if score >= TOMB_BASE then
         gone[#gone + 1] = all[i]
       else
         ids[#ids + 1] = all[i]
+        ends[#ids] = score
         if score <= now_ms then ok = false end -- a lapsed hold to purge
-        if not first_end or score < first_end then first_end = score end
       end
     end
     ok = ok and #ids - 1 <= FAST_MAX and #gone <= FAST_MAX
     local info = ok and redis.call('HMGET', KEYS[3], unpack(ids)) or {true}
-    local taken = 0
+    local taken, first_end = 0, nil
     for i = 2, #info do
       local c = parse_holder(info[i])
       if not c then ok = false else taken = taken + c end -- no record: the full path drops it
+      if c and c > 0 and (not first_end or ends[i] < first_end) then first_end = ends[i] end
     end
     -- info[1]: this id holds already (a retry): the full path answers it
-    if qfirst and ok and not info[1] and #gone == 0 and taken >= size then
+    if qfirst and ok and not info[1] and #gone == 0 and taken >= size and first_end then
       busy_exp = first_end
     elseif qfirst == false and ok and not info[1] and taken + n <= size then
       -- grant() writes first: its GET has checked the fencing counter's type
