@@ -63,6 +63,15 @@
 #                     redis-cluster:// (redisync-bench-async --cluster; not part of make bench);
 #                     ASYNC_CLUSTER_ARGS='PAIRS PENDING'
 #
+#   make bench-instr  (not part of make bench) bench/instr/instr.py: one redis-server under
+#                     valgrind --tool=callgrind; the server's instructions per contended
+#                     acquisition (8 owners handing over in turn), per uncontended acq + rel
+#                     pair and per renew, for the mutex, the rwlock (writers) and the
+#                     semaphore (1 permit), and the raw FIFO floor's, with the Redis calls
+#                     inside scripts per contended acquisition and the ratios to the floor and
+#                     the mutex (about 60 s; independent of the machine's load);
+#                     INSTR_ARGS='--n1 400 --n2 1600 --only mutex,rwlock,sem --script mutex=FILE'
+#
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).
 #
@@ -78,8 +87,9 @@ STORM_ARGS ?=
 # what bench-peers runs: redisync's mutex and the raw floor next to the three peers
 PEERS_ONLY ?= mutex,raw,redispy,redlock,redissem
 
-.PHONY: bench-contention bench-peers storm-build bench-holds bench-memory bench-redlock bench-tls \
-        bench-cluster bench-cond bench-fanout bench-async bench-async-cluster
+.PHONY: bench-instr bench-contention bench-peers storm-build bench-holds bench-memory \
+        bench-redlock bench-tls bench-cluster bench-cond bench-fanout bench-async \
+        bench-async-cluster
 
 # The one-program benchmarks: bench/DIR/DIR.c builds BIN, which make bench-DIR runs with
 # $(ARGSVAR) (default DEFAULT). $(call small_bench,DIR,BIN,ARGSVAR,DEFAULT)
@@ -116,6 +126,13 @@ bench-chart-deps:
 # Prerequisites of bench: they run before bench's own recipe (build/redisync-bench).
 bench: bench-contention bench-holds bench-memory bench-redlock bench-tls bench-cluster bench-cond \
        bench-fanout bench-async
+
+INSTR_ARGS ?=
+# python3 runs the harness (a benchmark need only: RS_EXTRA_PKGS, not scripts/deps.sh's list);
+# valgrind is in scripts/deps.sh's list already
+bench-instr:
+	@RS_EXTRA_PKGS="python3" sh scripts/deps.sh
+	python3 bench/instr/instr.py $(INSTR_ARGS)
 
 bench-contention: | deps
 	@sh bench/deps.sh

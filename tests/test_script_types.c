@@ -11,7 +11,9 @@
  * the call must fail with WRONGTYPE having written nothing: every key of the name, its type,
  * its value (DUMP) and its TTL are the same after the call as before. The exceptions are the
  * calls that neither read nor write a key (prim_t.untouched): the mutex's queued acquire
- * answers with the holder's token from the lock's hash and never touches the fencing counter.
+ * answers with the holder's token from the lock's hash and never touches the fencing counter;
+ * the rwlock's queued acquire behind another owner's live write hold never touches the read
+ * holds' records (rwlock.lua, "behind").
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -33,8 +35,10 @@ typedef struct prim {
     unsigned untouched[6]; /* per key: bit c set when call c neither reads nor writes it */
 } prim_t;
 
+/* held by a writer, the queued acqs (calls 0 and 1) neither read nor write the read holds'
+ * records (key 5): behind another owner's live write hold nothing can be granted or refused */
 static const prim_t RWLOCK_W = {&rs_script_rwlock, "rwlock", {"", ":fence", ":q", ":qi", ":rd", ":ri"},
-                                {"w", "-"}, 6, {0}};
+                                {"w", "-"}, 6, {0, 0, 0, 0, 0, 3u}};
 static const prim_t RWLOCK_R = {&rs_script_rwlock, "rwlock", {"", ":fence", ":q", ":qi", ":rd", ":ri"},
                                 {"r", "-"}, 6, {0}};
 static const prim_t SEM = {&rs_script_semaphore, "sem",

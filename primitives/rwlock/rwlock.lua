@@ -79,6 +79,10 @@ end
 --   nr     the number of read holds (HLEN of rinfo)
 local wf, rd, nr
 local granted -- a grant of this call has moved the fencing counter
+-- The TTL (ms) the main key is known to have at least since a release of this call extended
+-- it for its tombstone (the key keeps that tombstone since, so it is not deleted); 0: not
+-- known. A writer granted right after, with a lease no longer, needs no PTTL of its own.
+local kept_main = 0
 
 -- The owner's read hold: acqid, count, fence, last call id (or nil).
 local function reader(tok)
@@ -111,7 +115,7 @@ local function grant_writer(tok, acq, lease, now_ms, now_us)
   local x = fmt(now_ms + tonumber(lease))
   redis.call('HSET', KEYS[1], 'o', tok, 'a', acq, 'f', f, 'x', x, 'n', '1', 'e', '-', 'g', f)
   wf = nil -- read again if needed (the fast paths return at once: no table to build)
-  extend_lazily(KEYS[1], tonumber(lease))
+  if tonumber(lease) > kept_main then extend_lazily(KEYS[1], tonumber(lease)) end
   return f
 end
 
@@ -137,7 +141,8 @@ end
 local function release_writer()
   redis.call('HDEL', KEYS[1], 'o', 'a', 'f', 'x', 'n', 'e')
   if type(redis.pcall('HSET', KEYS[1], 'r', ARGV[3])) == 'number' then
-    extend_lazily(KEYS[1], math.max(tonumber(ARGV[4]), TOMB_MS))
+    kept_main = math.max(tonumber(ARGV[4]), TOMB_MS)
+    extend_lazily(KEYS[1], kept_main)
   end
 end
 
@@ -155,6 +160,7 @@ local function release_reader(tok, now_ms)
     if type(redis.pcall('HSET', KEYS[1], tomb, ARGV[3])) == 'number' then
       extend_lazily(KEYS[5], tomb_ms)
       extend_lazily(KEYS[1], tomb_ms)
+      kept_main = tomb_ms
     else
       redis.call('ZREM', KEYS[5], tomb)
     end
@@ -169,8 +175,10 @@ end
 -- What they read is kept for the full path: the writer's fields (wf), the queue's first id
 -- (qfirst; false: the queue is empty) and the clock.
 local qfirst, fast_ms, fast_us
+local th -- SHA1 of the owner token, once computed (about 6,000 server instructions a time)
 if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
-  local tokhash = redis.sha1hex(ARGV[2])
+  th = redis.sha1hex(ARGV[2])
+  local tokhash = th
   local try = op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't')
   if try then wf = redis.call('HMGET', KEYS[1], 'o', 'a', 'f', 'x') end
   if try and not wf[1] and -- no writer, live or lapsed
@@ -212,6 +220,35 @@ if (op == 'acq' or op == 'rel') and (mode == 'r' or mode == 'w') then
 end
 
 -- @common
+
+-- An acq behind another owner's live write hold, with nothing to purge: nothing can be
+-- granted (readers and writers are both admitted only without a writer), refused (a read
+-- hold of the caller never coexists with another owner's write hold: a writer is admitted
+-- only without read holds, after the purge) or answered as a retry, and nothing is written
+-- before q_add's own reads (ZRANGE of the queue, then HSET of its info, which fails on
+-- another type before it writes; the read holds' records are not touched): the caller is
+-- answered busy and queued here, before the full path's helpers are made (each `local
+-- function` is a closure made anew on every call) and without the queue's head, its entry
+-- and its own read hold being read. wf: the fast path's read of the writer's fields.
+local old -- the read holds and tombstones due (ZRANGEBYSCORE rd -inf now), if read here
+if op == 'acq' and wf and wf[1] and wf[1] ~= th then
+  fast_ms, fast_us = clock()
+  local x = tonumber(wf[4]) or 0
+  if x > fast_ms then
+    old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(fast_ms))
+    if #old == 0 then
+      local seen = redis.call('GET', KEYS[2]) or '0' -- stale wake-ups carry no more (lib/wait.c)
+      local ttl = x - fast_ms
+      if ARGV[6] ~= 'q' then return {0, ttl, 0, seen} end
+      local ql = tonumber(ARGV[8])
+      local e = q_add(KEYS[3], KEYS[4], ARGV[3],
+                      fmt(fast_ms + ql) .. ' ' .. ARGV[4] .. ' ' .. th .. ' ' .. mode,
+                      tonumber(ARGV[7]), ql, fast_ms)
+      if e then return e end
+      return {0, ttl, 1, seen}
+    end
+  end
+end
 
 -- The writer's fields, read once.
 local function writer()
@@ -411,7 +448,7 @@ end
 if op ~= 'force' and mode ~= 'r' and mode ~= 'w' then
   return redis.error_reply('ERR redisync rwlock: mode must be r or w, got ' .. tostring(mode))
 end
-local tokhash = redis.sha1hex(ARGV[2])
+local tokhash = th or redis.sha1hex(ARGV[2])
 
 if op == 'renew' then
   local now_ms = clock()
@@ -467,7 +504,7 @@ local now_ms, now_us = fast_ms, fast_us
 if not now_ms then now_ms, now_us = clock() end
 -- acq, rel, cancel: read first what they read anyway (each read checks its key's type), so
 -- that the type checks before the first write (purge's) TYPE no key in the common cases
-local old = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
+old = old or redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', fmt(now_ms))
 local seen
 if hot then
   writer()

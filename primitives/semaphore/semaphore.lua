@@ -138,8 +138,12 @@ end
 -- What they read is kept for the full path: the size record's 's' (fast_size; false: absent),
 -- the queue's first id (qfirst; false: the queue is empty), the clock, and a release's hold
 -- record (fast_rec) and score (fast_exp).
+-- An acq that finds others queued reads the holds too: if every permit is taken by live
+-- holds, with nothing to purge and no hold of its own, it cannot be served (the queue comes
+-- first, and nobody fits) and is answered busy and queued right after the common helpers
+-- (busy_exp: the earliest live hold's lease end), before the full path's are made.
 local FAST_MAX = 64 -- more holds (or tombstones due) than this: the full path
-local fast_size, qfirst, fast_ms, fast_us, fast_rec, fast_exp
+local fast_size, qfirst, fast_ms, fast_us, fast_rec, fast_exp, busy_exp
 if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
   local n = tonumber(ARGV[9])
   fast_size = redis.call('HGET', KEYS[1], 's')
@@ -147,31 +151,35 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
   if size and n and n >= 1 and n <= size then
     qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
   end
-  if qfirst == false then
+  if qfirst ~= nil then
     fast_ms, fast_us = clock()
     local now_ms, now_us = fast_ms, fast_us
     -- the holds (scores below TOMB_BASE) and, after them, the tombstones due, in one read
     local all = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(TOMB_BASE + now_ms),
                            'WITHSCORES', 'LIMIT', 0, 2 * FAST_MAX + 2)
-    local ids, gone, ok = {ARGV[3]}, {}, true
+    local ids, ends, gone, ok = {ARGV[3]}, {false}, {}, true
     for i = 1, #all, 2 do
       local score = tonumber(all[i + 1])
       if score >= TOMB_BASE then
         gone[#gone + 1] = all[i]
       else
         ids[#ids + 1] = all[i]
+        ends[#ids] = score
         if score <= now_ms then ok = false end -- a lapsed hold to purge
       end
     end
     ok = ok and #ids - 1 <= FAST_MAX and #gone <= FAST_MAX
     local info = ok and redis.call('HMGET', KEYS[3], unpack(ids)) or {true}
-    local taken = 0
+    local taken, first_end = 0, nil
     for i = 2, #info do
       local c = parse_holder(info[i])
       if not c then ok = false else taken = taken + c end -- no record: the full path drops it
+      if c and c > 0 and (not first_end or ends[i] < first_end) then first_end = ends[i] end
     end
     -- info[1]: this id holds already (a retry): the full path answers it
-    if ok and not info[1] and taken + n <= size then
+    if qfirst and ok and not info[1] and #gone == 0 and taken >= size and first_end then
+      busy_exp = first_end
+    elseif qfirst == false and ok and not info[1] and taken + n <= size then
       -- grant() writes first: its GET has checked the fencing counter's type
       local f = grant(redis.sha1hex(ARGV[2]), ARGV[3], n, tonumber(ARGV[4]), now_ms, now_us)
       if #gone > 0 then
@@ -200,6 +208,24 @@ elseif op == 'rel' then
 end
 
 -- @common
+
+if busy_exp then
+  -- (busy_exp above) every key is read by now but the queue info, whose HSET in q_add is the
+  -- first write and fails on another type before it writes; the size record's daily TTL
+  -- refresh (a write) comes after it
+  local seen = redis.call('GET', KEYS[4]) or '0' -- stale wake-ups carry no more (lib/wait.c)
+  local retry = busy_exp - fast_ms
+  if retry < 1 then retry = 1 end
+  local e
+  if ARGV[6] == 'q' then
+    local ql = tonumber(ARGV[8])
+    e = q_add(KEYS[5], KEYS[6], ARGV[3], fmt(fast_ms + ql) .. ' ' .. ARGV[4] .. ' ' ..
+              redis.sha1hex(ARGV[2]) .. ' ' .. ARGV[9], tonumber(ARGV[7]), ql, fast_ms)
+  end
+  refresh_size()
+  if e then return e end
+  return {0, retry, ARGV[6] == 'q' and 1 or 0, seen}
+end
 
 -- The keys this call has read with a command of their type (so checked): the type checks
 -- before the first write TYPE only the others.
@@ -344,11 +370,16 @@ end
 -- channel (not the caller: it gets the reply). A head that wants more than the size can
 -- never be served: it is dropped and told to retry ("ACQID 0"), which gives it RSINVAL.
 -- Returns the permits taken afterwards and whether a waiter that does not fit is first.
+-- With no permit free nobody can be served, so the queue is not read (a handover stops right
+-- after its grant): a head that wants more than a size lowered since it queued is then told
+-- at the first serve that finds a permit free, not before. all: read the head anyway (the
+-- size op, which is what lowers it).
 -- Grants since the call began (serve's): the caller's hold and the counter may have moved.
 local served = false
 
-local function serve(size, taken, now_ms, now_us)
+local function serve(size, taken, now_ms, now_us, all)
   while true do
+    if taken >= size and not all then return taken, qfirst ~= false end
     local head, info = live_head(now_ms)
     if not head then return taken, false end
     local _, lease, tok, n = string.match(info, '^(%d+) (%d+) (%x+) (%d+)$')
@@ -573,7 +604,7 @@ if op == 'size' then
   redis.call('HSET', KEYS[1], 's', fmt(size))
   redis.call('PEXPIRE', KEYS[1], SIZE_TTL)
   local now_ms, now_us = clock()
-  serve(size, count_taken(now_ms), now_ms, now_us)
+  serve(size, count_taken(now_ms), now_ms, now_us, true)
   return 1
 end
 
