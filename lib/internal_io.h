@@ -49,9 +49,6 @@ int rs__ctx_command(redisContext *ctx, int argc, const char **argv, const size_t
 /* Pipelining on ctx: append, then read (which first flushes what was appended). */
 int rs__ctx_append(redisContext *ctx, int argc, const char **argv, const size_t *lens);
 int rs__ctx_read(redisContext *ctx, redisReply **out);
-/* rs__ctx_read, but for up to spin_ns first without sleeping: a reply due within a round
- * trip is read as it arrives, sparing the thread's wake-up from a blocking read. */
-int rs__ctx_read_spin(redisContext *ctx, uint64_t spin_ns, redisReply **out);
 /* Sends what was appended to ctx, all of it, through the transport (rs__tp_send): 0, or
  * RS_ECONN with the context marked failed. The only way the library writes commands. */
 int rs__ctx_flush(redisContext *ctx);

@@ -183,13 +183,6 @@ int rs__eval_confirm(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_a
     return rs__eval_pre(c, s, nkeys, args, out, acked, sent_ns, NULL, 0);
 }
 
-/* How long the reader of a call sent ahead (cond.c's re-acquisition, sent by the subscriber
- * thread as the wake-up arrived) reads it without sleeping: about two round trips of an idle
- * machine, after which it sleeps in the read as usual. The reply is due within a round trip
- * of the send, and a thread woken from a blocking read costs the wake-up of an idle CPU (20-30
- * us on a VM) on top of it; sched_yield between the reads leaves a busy CPU to the others. */
-#define RS_PRE_SPIN_NS (150 * 1000)
-
 int rs__eval_pre(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                  redisReply **out, long long *acked, uint64_t *sent_ns, rs_conn_t *pre,
                  uint64_t pre_sent)
@@ -216,8 +209,7 @@ int rs__eval_pre(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_
             k = pre;
             pre = NULL;
             eval_sends++;
-            if (rs__ctx_read_spin(k->ctx, RS_PRE_SPIN_NS, &r) == 0 &&
-                r->type != REDIS_REPLY_ERROR) {
+            if (rs__ctx_read(k->ctx, &r) == 0 && r->type != REDIS_REPLY_ERROR) {
                 rs__conn_put(c, k, 0);
                 *out = r;
                 if (sent_ns)

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
-#include <sched.h>
 #include <string.h>
 
 #include <hiredis/sds.h>
@@ -68,30 +67,6 @@ int rs__ctx_read(redisContext *ctx, redisReply **out)
     }
     *out = r;
     return 0;
-}
-
-int rs__ctx_read_spin(redisContext *ctx, uint64_t spin_ns, redisReply **out)
-{
-    *out = NULL;
-    if (rs__ctx_flush(ctx))
-        return RS_ECONN;
-    uint64_t end = rs__now_ns() + spin_ns;
-    for (;;) {
-        void *r = NULL;
-        if (redisGetReplyFromReader(ctx, &r) != REDIS_OK)
-            return RS_ECONN;
-        if (r) {
-            *out = r;
-            return 0;
-        }
-        if (rs__now_ns() >= end)
-            return rs__ctx_read(ctx, out);
-        int n = rs__tp_fill(ctx, 1);
-        if (n < 0)
-            return RS_ECONN;
-        if (n == 0)
-            sched_yield(); /* a busy machine runs the server or the sender meanwhile */
-    }
 }
 
 int rs__ctx_timeout_until(redisContext *ctx, uint64_t end_ns)
