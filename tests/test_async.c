@@ -47,7 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/select.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,14 +171,9 @@ Test(async, fifo_2000_over_20_names)
         cr_assert_eq(rs_mutex_acquire(bm[i], NULL, &bh[i]), 0);
     }
     /* the I/O thread and the subscriber exist after a first request */
-    one_t warm = {0};
-    rs_request_t *req;
     rs_mutex_t *wm;
     cr_assert_eq(rs_mutex_init(&wm, c, "warm"), 0);
-    cr_assert_eq(rs_mutex_acquire_async(wm, NULL, one_done, &warm, &req), 0);
-    cr_assert(loop_until(c, &warm.ran, 1, 10000));
-    cr_assert_eq(warm.rc, 0);
-    cr_assert_eq(rs_hold_release(warm.hold), 0);
+    warm_up(c, wm);
     int before = threads_now();
 
     fifo_submit(&x, m, c);
@@ -221,16 +215,11 @@ Test(async, deadlines_fire)
     cr_assert_eq(rs_mutex_init(&m2, c2, "dl"), 0);
     cr_assert_eq(rs_mutex_lock(m2), 0);
     static many_t t;
-    memset(&t, 0, sizeof t);
     static many_req_t r[50];
     long long start = tu_mono_ms();
     struct timespec dl = tu_abs_in(400);
     rs_request_t *req;
-    for (int i = 0; i < 50; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, &dl, many_done, &r[i], &req), 0);
-    }
+    many_pend(m, &dl, &t, r, 50);
     cr_assert(loop_until(c, &t.ran, 50, 20000), "ran %d of 50", t.ran);
     cr_expect_eq(t.timedout, 50, "ok %d timedout %d other %d", t.ok, t.timedout, t.other);
     for (int i = 0; i < 50; i++)
@@ -305,36 +294,16 @@ Test(async, close_pending)
     cr_assert_eq(rs_mutex_init(&f2, c2, "clfree"), 0);
     cr_assert_eq(rs_mutex_lock(m2), 0);
     static many_t t;
-    memset(&t, 0, sizeof t);
     static many_req_t r[51];
-    rs_request_t *req;
-    for (int i = 0; i < 50; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, many_done, &r[i], &req), 0);
-    }
+    many_pend(m, NULL, &t, r, 50);
     cr_assert(tu_wait_zcard(&s, "mutex", "cl", 50, 10000));
     /* a grant completed but not dispatched */
-    r[50].t = &t;
-    r[50].i = 50;
-    cr_assert_eq(rs_mutex_acquire_async(f, NULL, many_done, &r[50], &req), 0);
-    int fd = rs_client_fd(c);
-    long long end = tu_mono_ms() + 10000;
-    while (tu_mono_ms() < end) { /* readable: the grant is queued */
-        fd_set rd;
-        FD_ZERO(&rd);
-        FD_SET(fd, &rd);
-        struct timeval tv = {0, 50000};
-        if (select(fd + 1, &rd, NULL, NULL, &tv) > 0)
-            break;
-    }
+    many_pend_one(f, NULL, &t, r, 50);
+    wait_readable(c, 10000); /* readable: the grant is queued */
     cr_assert_eq(t.ran, 0);
     cr_assert_eq(rs_mutex_trylock(f2), EBUSY, "the grant is not queued");
     cr_assert_eq(rs_client_close(c), 0);
-    cr_expect_eq(t.ran, 51, "done calls run inside close: %d", t.ran);
-    cr_expect_eq(t.canceled, 51, "canceled %d ok %d", t.canceled, t.ok);
-    for (int i = 0; i < 51; i++)
-        cr_expect_eq(t.ran_each[i], 1);
+    many_expect_canceled(&t, 51);
     cr_expect_eq(tu_zcard_q(&s, "mutex", "cl"), 0, "entries left in the queue");
     cr_expect_eq(rs_mutex_trylock(f2), 0, "the undelivered grant was released");
     cr_expect_eq(rs_mutex_unlock(f2), 0);

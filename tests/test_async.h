@@ -11,7 +11,9 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -110,6 +112,39 @@ static inline void one_done(int rc, rs_hold_t *hold, void *arg)
     o->inside = g_inside;
 }
 
+/* One request on m (deadline dl, or none) with one_done into *o (cleared first), dispatched
+ * on c's loop until its done ran (within 10 s). */
+static inline void one_acquire(rs_client_t *c, rs_mutex_t *m, const struct timespec *dl,
+                               one_t *o)
+{
+    rs_request_t *req;
+    *o = (one_t){0};
+    cr_assert_eq(rs_mutex_acquire_async(m, dl, one_done, o, &req), 0, "%s",
+                 rs_client_lasterror(c));
+    cr_assert(loop_until(c, &o->ran, 1, 10000), "no completion within 10 s");
+}
+
+/* A first acquisition of m through c's loop, granted and released: the I/O thread, its
+ * connections, the subscriber and the scripts stand after it. */
+static inline void warm_up(rs_client_t *c, rs_mutex_t *m)
+{
+    one_t w;
+    one_acquire(c, m, NULL, &w);
+    cr_assert_eq(w.rc, 0, "done(%d)", w.rc);
+    cr_assert_eq(rs_hold_release(w.hold), 0);
+}
+
+/* m: name on c; *hm: name on holder, which holds it (its hold in *h). */
+static inline rs_mutex_t *mutex_held_by(rs_client_t *c, rs_client_t *holder, const char *name,
+                                        rs_mutex_t **hm, rs_hold_t **h)
+{
+    rs_mutex_t *m;
+    cr_assert_eq(rs_mutex_init(&m, c, name), 0);
+    cr_assert_eq(rs_mutex_init(hm, holder, name), 0);
+    cr_assert_eq(rs_mutex_acquire(*hm, NULL, h), 0, "%s", rs_client_lasterror(holder));
+    return m;
+}
+
 /* Many requests' completions by kind, with when each ran */
 typedef struct many {
     int ran, ok, timedout, canceled, other;
@@ -139,6 +174,53 @@ static inline void many_done(int rc, rs_hold_t *hold, void *arg)
     } else {
         t->other++;
     }
+}
+
+/* Request i on m (deadline dl, or none), with many_done and its own r[i], counted in t. */
+static inline void many_pend_one(rs_mutex_t *m, const struct timespec *dl, many_t *t,
+                                 many_req_t *r, int i)
+{
+    rs_request_t *req;
+    r[i].t = t;
+    r[i].i = i;
+    cr_assert_eq(rs_mutex_acquire_async(m, dl, many_done, &r[i], &req), 0, "request %d: %s", i,
+                 rs_client_lasterror(NULL));
+}
+
+/* Requests 0 to n - 1 on m as many_pend_one's (t cleared first). */
+static inline void many_pend(rs_mutex_t *m, const struct timespec *dl, many_t *t, many_req_t *r,
+                             int n)
+{
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < n; i++)
+        many_pend_one(m, dl, t, r, i);
+}
+
+/* After a close with requests 0 to n - 1 of t pending: each done ran once, inside the close,
+ * with ECANCELED. */
+static inline void many_expect_canceled(const many_t *t, int n)
+{
+    cr_expect_eq(t->ran, n, "done calls run inside close: %d", t->ran);
+    cr_expect_eq(t->canceled, n, "canceled %d ok %d other %d", t->canceled, t->ok, t->other);
+    for (int i = 0; i < n; i++)
+        cr_expect_eq(t->ran_each[i], 1);
+}
+
+/* Waits until c's rs_client_fd is readable (a completion is queued for dispatch), at most
+ * timeout_ms; whether it is. */
+static inline int wait_readable(rs_client_t *c, long timeout_ms)
+{
+    int fd = rs_client_fd(c);
+    long long end = tu_mono_ms() + timeout_ms;
+    while (tu_mono_ms() < end) {
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(fd, &rd);
+        struct timeval tv = {0, 50000};
+        if (select(fd + 1, &rd, NULL, NULL, &tv) > 0)
+            return 1;
+    }
+    return 0;
 }
 
 /* ---- FIFO over many names: per requests pending on each of names mutexes, each grant
