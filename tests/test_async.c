@@ -251,26 +251,8 @@ Test(async, cancel_races_grant)
     cr_assert_eq(rs_mutex_init(&m, c, "race"), 0);
     int canceled = 0;
     for (int round = 0; round < 200; round++) {
-        rs_hold_t *h;
-        cr_assert_eq(rs_mutex_acquire(m, NULL, &h), 0);
-        one_t o = {0};
-        rs_request_t *req;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &o, &req), 0);
-        if (round % 2)
-            tu_wait_zcard(&s, "mutex", "race", 1, 2000); /* queued first, then the race */
-        cr_assert_eq(rs_hold_release(h), 0);
-        if (round % 4 == 3)
-            usleep((useconds_t)(rand() % 1500));
-        cr_assert_eq(rs_request_cancel(req), 0);
-        cr_assert(loop_until(c, &o.ran, 1, 10000), "round %d: no completion", round);
-        cr_assert_eq(o.ran, 1);
-        cr_assert_eq(o.rc, ECANCELED, "round %d: rc %d", round, o.rc);
-        cr_assert_null(o.hold);
+        cancel_race_round(c, m, "race", &s, round, 1500, 3000);
         canceled++;
-        /* the grant, if it came, was released: the mutex is free again */
-        struct timespec dl = tu_abs_in(3000);
-        cr_assert_eq(rs_mutex_timedlock(m, &dl), 0, "round %d: the mutex stayed taken", round);
-        cr_assert_eq(rs_mutex_unlock(m), 0);
     }
     cr_expect_eq(canceled, 200);
     cr_expect_eq(tu_zcard_q(&s, "mutex", "race"), 0);

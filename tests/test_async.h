@@ -145,6 +145,35 @@ static inline rs_mutex_t *mutex_held_by(rs_client_t *c, rs_client_t *holder, con
     return m;
 }
 
+/* One round of a cancel racing the grant of mutex m (named name, on c's loop): m taken by a
+ * blocking acquisition, a request behind it, the hold released (on odd rounds once server s
+ * queued the request), the request cancelled (on every fourth round after up to jitter_us):
+ * its done runs once, with ECANCELED and no hold; the grant, if it came, was released: a
+ * blocking timedlock takes m within free_ms. */
+static inline void cancel_race_round(rs_client_t *c, rs_mutex_t *m, const char *name,
+                                     const ts_server_t *s, int round, int jitter_us, long free_ms)
+{
+    rs_hold_t *h;
+    cr_assert_eq(rs_mutex_acquire(m, NULL, &h), 0, "%s", rs_client_lasterror(c));
+    one_t o = {0};
+    rs_request_t *req;
+    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &o, &req), 0);
+    if (round % 2) /* queued first, then the race */
+        tu_wait_zcard(s, "mutex", name, 1, 2000);
+    cr_assert_eq(rs_hold_release(h), 0);
+    if (round % 4 == 3)
+        usleep((useconds_t)(rand() % jitter_us));
+    cr_assert_eq(rs_request_cancel(req), 0);
+    cr_assert(loop_until(c, &o.ran, 1, 10000), "round %d: no completion", round);
+    cr_assert_eq(o.ran, 1);
+    cr_assert_eq(o.rc, ECANCELED, "round %d: rc %d", round, o.rc);
+    cr_assert_null(o.hold);
+    struct timespec dl = tu_abs_in(free_ms);
+    cr_assert_eq(rs_mutex_timedlock(m, &dl), 0, "round %d: the mutex stayed taken (%s)", round,
+                 rs_client_lasterror(c));
+    cr_assert_eq(rs_mutex_unlock(m), 0);
+}
+
 /* Many requests' completions by kind, with when each ran */
 typedef struct many {
     int ran, ok, timedout, canceled, other;

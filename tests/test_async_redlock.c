@@ -287,28 +287,9 @@ Test(async_redlock, cancel_races_grant)
     rs_client_t *c = rl_open(m.url, NULL, 10000, 2000);
     rs_mutex_t *mu;
     cr_assert_eq(rs_mutex_init(&mu, c, "race"), 0);
-    for (int round = 0; round < 100; round++) {
-        rs_hold_t *h;
-        cr_assert_eq(rs_mutex_acquire(mu, NULL, &h), 0, "%s", rs_client_lasterror(c));
-        one_t o = {0};
-        rs_request_t *req;
-        cr_assert_eq(rs_mutex_acquire_async(mu, NULL, one_done, &o, &req), 0);
-        if (round % 2) /* queued first, then the race */
-            tu_wait_zcard(&m.s[round % NM], "mutex", "race", 1, 2000);
-        cr_assert_eq(rs_hold_release(h), 0);
-        if (round % 4 == 3)
-            usleep((useconds_t)(rand() % 3000));
-        cr_assert_eq(rs_request_cancel(req), 0);
-        cr_assert(loop_until(c, &o.ran, 1, 10000), "round %d: no completion", round);
-        cr_assert_eq(o.ran, 1);
-        cr_assert_eq(o.rc, ECANCELED, "round %d: rc %d", round, o.rc);
-        cr_assert_null(o.hold);
-        /* the grant, if it came, was released on every master */
-        struct timespec dl = tu_abs_in(4000);
-        cr_assert_eq(rs_mutex_timedlock(mu, &dl), 0, "round %d: the mutex stayed taken (%s)",
-                     round, rs_client_lasterror(c));
-        cr_assert_eq(rs_mutex_unlock(mu), 0);
-    }
+    /* (the grant, if it came, released on every master: the timedlock takes it) */
+    for (int round = 0; round < 100; round++)
+        cancel_race_round(c, mu, "race", &m.s[round % NM], round, 3000, 4000);
     cr_expect(queues_empty(&m, "race", NULL, 5000), "entries left in a queue");
     cr_expect_eq(held_on(&m, "race"), 0);
     rs_mutex_destroy(mu);
