@@ -91,17 +91,8 @@ Test(async, grant_then_release_elsewhere)
     rs_client_t *c = tu_open_client(&s, 3000, 0, NULL);
     rs_mutex_t *m;
     cr_assert_eq(rs_mutex_init(&m, c, "a1"), 0);
-    one_t o = {0};
-    rs_request_t *req = NULL;
-    g_inside = 1;
-    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &o, &req), 0, "%s",
-                 rs_client_lasterror(c));
-    g_inside = 0;
-    cr_assert_not_null(req);
-    cr_expect_eq(o.ran, 0, "done ran inside the _async call");
-    cr_assert(loop_until(c, &o.ran, 1, 10000), "no completion");
-    cr_expect_eq(o.ran, 1);
-    cr_expect_eq(o.inside, 0);
+    one_t o;
+    one_acquire(c, m, NULL, &o);
     cr_expect(pthread_equal(o.thread, pthread_self()), "done ran on another thread");
     cr_assert_eq(o.rc, 0, "rc %d", o.rc);
     cr_assert_not_null(o.hold);
@@ -118,9 +109,8 @@ Test(async, grant_then_release_elsewhere)
     cr_expect_eq(rs_mutex_unlock(m), 0);
 
     /* a second acquisition, released without blocking */
-    one_t o2 = {0}, r2 = {0};
-    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &o2, &req), 0);
-    cr_assert(loop_until(c, &o2.ran, 1, 10000));
+    one_t o2, r2 = {0};
+    one_acquire(c, m, NULL, &o2);
     cr_assert_eq(o2.rc, 0);
     cr_assert_eq(rs_hold_release_async(o2.hold, one_done, &r2), 0);
     cr_expect_eq(r2.ran, 0);

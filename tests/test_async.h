@@ -113,15 +113,21 @@ static inline void one_done(int rc, rs_hold_t *hold, void *arg)
 }
 
 /* One request on m (deadline dl, or none) with one_done into *o (cleared first), dispatched
- * on c's loop until its done ran (within 10 s). */
+ * on c's loop until its done ran (within 10 s): once, and never inside the _async call. */
 static inline void one_acquire(rs_client_t *c, rs_mutex_t *m, const struct timespec *dl,
                                one_t *o)
 {
-    rs_request_t *req;
+    rs_request_t *req = NULL;
     *o = (one_t){0};
+    g_inside = 1;
     cr_assert_eq(rs_mutex_acquire_async(m, dl, one_done, o, &req), 0, "%s",
                  rs_client_lasterror(c));
+    g_inside = 0;
+    cr_assert_not_null(req);
+    cr_expect_eq(o->ran, 0, "done ran inside the _async call");
     cr_assert(loop_until(c, &o->ran, 1, 10000), "no completion within 10 s");
+    cr_expect_eq(o->ran, 1);
+    cr_expect_eq(o->inside, 0, "done ran inside the _async call");
 }
 
 /* A first acquisition of m through c's loop, granted and released: the I/O thread, its
