@@ -231,6 +231,20 @@ static int append_op(rs_async_t *as, rs_request_t *rq)
     return 0;
 }
 
+/* Sends what was appended on each connection marked to flush (a connection the flush
+ * breaks: rs__aq_conn_broken). */
+static void flush_marked(rs_async_t *as)
+{
+    for (int i = 0; i < as->ncn; i++) {
+        rs_aconn_t *cn = &as->cn[i];
+        if (cn->ctx && cn->flush) {
+            cn->flush = 0;
+            if (rs__ctx_flush(cn->ctx) != 0)
+                rs__aq_conn_broken(as, cn);
+        }
+    }
+}
+
 void rs__aq_flush(rs_async_t *as)
 {
     rs_client_t *c = as->c;
@@ -259,14 +273,7 @@ void rs__aq_flush(rs_async_t *as)
         rq->in_send = 1;
         rs__aq_list_append(&left, &left_tail, rq);
     }
-    for (int i = 0; i < as->ncn; i++) {
-        rs_aconn_t *cn = &as->cn[i];
-        if (cn->ctx && cn->flush) {
-            cn->flush = 0;
-            if (rs__ctx_flush(cn->ctx) != 0)
-                rs__aq_conn_broken(as, cn);
-        }
-    }
+    flush_marked(as);
     /* what a broken flush sent again comes behind what waits for a connection already */
     if (left) {
         left_tail->snext = as->sendq;
@@ -490,15 +497,7 @@ int rs__aq_poll(rs_async_t *as, uint64_t due)
     struct pollfd p[1 + RS_NODES_MAX];
     rs_aconn_t *pc[1 + RS_NODES_MAX];
     int np = 1, pending = 0;
-    for (int i = 0; i < as->ncn; i++) {
-        /* what a decision made while reading appended (Redlock's undos) goes out now */
-        rs_aconn_t *cn = &as->cn[i];
-        if (cn->ctx && cn->flush) {
-            cn->flush = 0;
-            if (rs__ctx_flush(cn->ctx) != 0)
-                rs__aq_conn_broken(as, cn);
-        }
-    }
+    flush_marked(as); /* what a decision made while reading appended (Redlock's undos) */
     p[0] = (struct pollfd){as->wfd, POLLIN, 0};
     for (int i = 0; i < as->ncn; i++) {
         rs_aconn_t *cn = &as->cn[i];

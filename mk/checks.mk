@@ -40,7 +40,8 @@
 # Each check runs this Makefile again with its own BUILDDIR and GEN (as check-asan does), so
 # the three builds and the normal one never share an object. Stress programs are found by
 # wildcard (a new tests/stress/NAME.c is a new program; tests/stress/stress.h is their shared
-# header) and so are fuzz targets (tests/fuzz/NAME.c, seeds in tests/fuzz/corpus/NAME/).
+# header, tests/stress/stress_async.h the event-loop programs') and so are fuzz targets
+# (tests/fuzz/NAME.c, seeds in tests/fuzz/corpus/NAME/).
 # TSan suppressions, if any are ever needed, go in tests/stress/tsan.supp with their reasons;
 # valgrind's in tests/stress/valgrind.supp (passed when it exists), only for what is inside
 # OpenSSL itself, each named with its reason.

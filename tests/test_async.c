@@ -47,7 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/select.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,17 +91,8 @@ Test(async, grant_then_release_elsewhere)
     rs_client_t *c = tu_open_client(&s, 3000, 0, NULL);
     rs_mutex_t *m;
     cr_assert_eq(rs_mutex_init(&m, c, "a1"), 0);
-    one_t o = {0};
-    rs_request_t *req = NULL;
-    g_inside = 1;
-    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &o, &req), 0, "%s",
-                 rs_client_lasterror(c));
-    g_inside = 0;
-    cr_assert_not_null(req);
-    cr_expect_eq(o.ran, 0, "done ran inside the _async call");
-    cr_assert(loop_until(c, &o.ran, 1, 10000), "no completion");
-    cr_expect_eq(o.ran, 1);
-    cr_expect_eq(o.inside, 0);
+    one_t o;
+    one_acquire(c, m, NULL, &o);
     cr_expect(pthread_equal(o.thread, pthread_self()), "done ran on another thread");
     cr_assert_eq(o.rc, 0, "rc %d", o.rc);
     cr_assert_not_null(o.hold);
@@ -119,9 +109,8 @@ Test(async, grant_then_release_elsewhere)
     cr_expect_eq(rs_mutex_unlock(m), 0);
 
     /* a second acquisition, released without blocking */
-    one_t o2 = {0}, r2 = {0};
-    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &o2, &req), 0);
-    cr_assert(loop_until(c, &o2.ran, 1, 10000));
+    one_t o2, r2 = {0};
+    one_acquire(c, m, NULL, &o2);
     cr_assert_eq(o2.rc, 0);
     cr_assert_eq(rs_hold_release_async(o2.hold, one_done, &r2), 0);
     cr_expect_eq(r2.ran, 0);
@@ -172,14 +161,9 @@ Test(async, fifo_2000_over_20_names)
         cr_assert_eq(rs_mutex_acquire(bm[i], NULL, &bh[i]), 0);
     }
     /* the I/O thread and the subscriber exist after a first request */
-    one_t warm = {0};
-    rs_request_t *req;
     rs_mutex_t *wm;
     cr_assert_eq(rs_mutex_init(&wm, c, "warm"), 0);
-    cr_assert_eq(rs_mutex_acquire_async(wm, NULL, one_done, &warm, &req), 0);
-    cr_assert(loop_until(c, &warm.ran, 1, 10000));
-    cr_assert_eq(warm.rc, 0);
-    cr_assert_eq(rs_hold_release(warm.hold), 0);
+    warm_up(c, wm);
     int before = threads_now();
 
     fifo_submit(&x, m, c);
@@ -221,16 +205,11 @@ Test(async, deadlines_fire)
     cr_assert_eq(rs_mutex_init(&m2, c2, "dl"), 0);
     cr_assert_eq(rs_mutex_lock(m2), 0);
     static many_t t;
-    memset(&t, 0, sizeof t);
     static many_req_t r[50];
     long long start = tu_mono_ms();
     struct timespec dl = tu_abs_in(400);
     rs_request_t *req;
-    for (int i = 0; i < 50; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, &dl, many_done, &r[i], &req), 0);
-    }
+    many_pend(m, &dl, &t, r, 50);
     cr_assert(loop_until(c, &t.ran, 50, 20000), "ran %d of 50", t.ran);
     cr_expect_eq(t.timedout, 50, "ok %d timedout %d other %d", t.ok, t.timedout, t.other);
     for (int i = 0; i < 50; i++)
@@ -262,26 +241,8 @@ Test(async, cancel_races_grant)
     cr_assert_eq(rs_mutex_init(&m, c, "race"), 0);
     int canceled = 0;
     for (int round = 0; round < 200; round++) {
-        rs_hold_t *h;
-        cr_assert_eq(rs_mutex_acquire(m, NULL, &h), 0);
-        one_t o = {0};
-        rs_request_t *req;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &o, &req), 0);
-        if (round % 2)
-            tu_wait_zcard(&s, "mutex", "race", 1, 2000); /* queued first, then the race */
-        cr_assert_eq(rs_hold_release(h), 0);
-        if (round % 4 == 3)
-            usleep((useconds_t)(rand() % 1500));
-        cr_assert_eq(rs_request_cancel(req), 0);
-        cr_assert(loop_until(c, &o.ran, 1, 10000), "round %d: no completion", round);
-        cr_assert_eq(o.ran, 1);
-        cr_assert_eq(o.rc, ECANCELED, "round %d: rc %d", round, o.rc);
-        cr_assert_null(o.hold);
+        cancel_race_round(c, m, "race", &s, round, 1500, 3000);
         canceled++;
-        /* the grant, if it came, was released: the mutex is free again */
-        struct timespec dl = tu_abs_in(3000);
-        cr_assert_eq(rs_mutex_timedlock(m, &dl), 0, "round %d: the mutex stayed taken", round);
-        cr_assert_eq(rs_mutex_unlock(m), 0);
     }
     cr_expect_eq(canceled, 200);
     cr_expect_eq(tu_zcard_q(&s, "mutex", "race"), 0);
@@ -305,36 +266,16 @@ Test(async, close_pending)
     cr_assert_eq(rs_mutex_init(&f2, c2, "clfree"), 0);
     cr_assert_eq(rs_mutex_lock(m2), 0);
     static many_t t;
-    memset(&t, 0, sizeof t);
     static many_req_t r[51];
-    rs_request_t *req;
-    for (int i = 0; i < 50; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(m, NULL, many_done, &r[i], &req), 0);
-    }
+    many_pend(m, NULL, &t, r, 50);
     cr_assert(tu_wait_zcard(&s, "mutex", "cl", 50, 10000));
     /* a grant completed but not dispatched */
-    r[50].t = &t;
-    r[50].i = 50;
-    cr_assert_eq(rs_mutex_acquire_async(f, NULL, many_done, &r[50], &req), 0);
-    int fd = rs_client_fd(c);
-    long long end = tu_mono_ms() + 10000;
-    while (tu_mono_ms() < end) { /* readable: the grant is queued */
-        fd_set rd;
-        FD_ZERO(&rd);
-        FD_SET(fd, &rd);
-        struct timeval tv = {0, 50000};
-        if (select(fd + 1, &rd, NULL, NULL, &tv) > 0)
-            break;
-    }
+    many_pend_one(f, NULL, &t, r, 50);
+    wait_readable(c, 10000); /* readable: the grant is queued */
     cr_assert_eq(t.ran, 0);
     cr_assert_eq(rs_mutex_trylock(f2), EBUSY, "the grant is not queued");
     cr_assert_eq(rs_client_close(c), 0);
-    cr_expect_eq(t.ran, 51, "done calls run inside close: %d", t.ran);
-    cr_expect_eq(t.canceled, 51, "canceled %d ok %d", t.canceled, t.ok);
-    for (int i = 0; i < 51; i++)
-        cr_expect_eq(t.ran_each[i], 1);
+    many_expect_canceled(&t, 51);
     cr_expect_eq(tu_zcard_q(&s, "mutex", "cl"), 0, "entries left in the queue");
     cr_expect_eq(rs_mutex_trylock(f2), 0, "the undelivered grant was released");
     cr_expect_eq(rs_mutex_unlock(f2), 0);

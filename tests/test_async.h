@@ -11,7 +11,9 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
+#include <sys/select.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -110,6 +112,74 @@ static inline void one_done(int rc, rs_hold_t *hold, void *arg)
     o->inside = g_inside;
 }
 
+/* One request on m (deadline dl, or none) with one_done into *o (cleared first), dispatched
+ * on c's loop until its done ran (within 10 s): once, and never inside the _async call. */
+static inline void one_acquire(rs_client_t *c, rs_mutex_t *m, const struct timespec *dl,
+                               one_t *o)
+{
+    rs_request_t *req = NULL;
+    *o = (one_t){0};
+    g_inside = 1;
+    cr_assert_eq(rs_mutex_acquire_async(m, dl, one_done, o, &req), 0, "%s",
+                 rs_client_lasterror(c));
+    g_inside = 0;
+    cr_assert_not_null(req);
+    cr_expect_eq(o->ran, 0, "done ran inside the _async call");
+    cr_assert(loop_until(c, &o->ran, 1, 10000), "no completion within 10 s");
+    cr_expect_eq(o->ran, 1);
+    cr_expect_eq(o->inside, 0, "done ran inside the _async call");
+}
+
+/* A first acquisition of m through c's loop, granted and released: the I/O thread, its
+ * connections, the subscriber and the scripts stand after it. */
+static inline void warm_up(rs_client_t *c, rs_mutex_t *m)
+{
+    one_t w;
+    one_acquire(c, m, NULL, &w);
+    cr_assert_eq(w.rc, 0, "done(%d)", w.rc);
+    cr_assert_eq(rs_hold_release(w.hold), 0);
+}
+
+/* m: name on c; *hm: name on holder, which holds it (its hold in *h). */
+static inline rs_mutex_t *mutex_held_by(rs_client_t *c, rs_client_t *holder, const char *name,
+                                        rs_mutex_t **hm, rs_hold_t **h)
+{
+    rs_mutex_t *m;
+    cr_assert_eq(rs_mutex_init(&m, c, name), 0);
+    cr_assert_eq(rs_mutex_init(hm, holder, name), 0);
+    cr_assert_eq(rs_mutex_acquire(*hm, NULL, h), 0, "%s", rs_client_lasterror(holder));
+    return m;
+}
+
+/* One round of a cancel racing the grant of mutex m (named name, on c's loop): m taken by a
+ * blocking acquisition, a request behind it, the hold released (on odd rounds once server s
+ * queued the request), the request cancelled (on every fourth round after up to jitter_us):
+ * its done runs once, with ECANCELED and no hold; the grant, if it came, was released: a
+ * blocking timedlock takes m within free_ms. */
+static inline void cancel_race_round(rs_client_t *c, rs_mutex_t *m, const char *name,
+                                     const ts_server_t *s, int round, int jitter_us, long free_ms)
+{
+    rs_hold_t *h;
+    cr_assert_eq(rs_mutex_acquire(m, NULL, &h), 0, "%s", rs_client_lasterror(c));
+    one_t o = {0};
+    rs_request_t *req;
+    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &o, &req), 0);
+    if (round % 2) /* queued first, then the race */
+        tu_wait_zcard(s, "mutex", name, 1, 2000);
+    cr_assert_eq(rs_hold_release(h), 0);
+    if (round % 4 == 3)
+        usleep((useconds_t)(rand() % jitter_us));
+    cr_assert_eq(rs_request_cancel(req), 0);
+    cr_assert(loop_until(c, &o.ran, 1, 10000), "round %d: no completion", round);
+    cr_assert_eq(o.ran, 1);
+    cr_assert_eq(o.rc, ECANCELED, "round %d: rc %d", round, o.rc);
+    cr_assert_null(o.hold);
+    struct timespec dl = tu_abs_in(free_ms);
+    cr_assert_eq(rs_mutex_timedlock(m, &dl), 0, "round %d: the mutex stayed taken (%s)", round,
+                 rs_client_lasterror(c));
+    cr_assert_eq(rs_mutex_unlock(m), 0);
+}
+
 /* Many requests' completions by kind, with when each ran */
 typedef struct many {
     int ran, ok, timedout, canceled, other;
@@ -139,6 +209,53 @@ static inline void many_done(int rc, rs_hold_t *hold, void *arg)
     } else {
         t->other++;
     }
+}
+
+/* Request i on m (deadline dl, or none), with many_done and its own r[i], counted in t. */
+static inline void many_pend_one(rs_mutex_t *m, const struct timespec *dl, many_t *t,
+                                 many_req_t *r, int i)
+{
+    rs_request_t *req;
+    r[i].t = t;
+    r[i].i = i;
+    cr_assert_eq(rs_mutex_acquire_async(m, dl, many_done, &r[i], &req), 0, "request %d: %s", i,
+                 rs_client_lasterror(NULL));
+}
+
+/* Requests 0 to n - 1 on m as many_pend_one's (t cleared first). */
+static inline void many_pend(rs_mutex_t *m, const struct timespec *dl, many_t *t, many_req_t *r,
+                             int n)
+{
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < n; i++)
+        many_pend_one(m, dl, t, r, i);
+}
+
+/* After a close with requests 0 to n - 1 of t pending: each done ran once, inside the close,
+ * with ECANCELED. */
+static inline void many_expect_canceled(const many_t *t, int n)
+{
+    cr_expect_eq(t->ran, n, "done calls run inside close: %d", t->ran);
+    cr_expect_eq(t->canceled, n, "canceled %d ok %d other %d", t->canceled, t->ok, t->other);
+    for (int i = 0; i < n; i++)
+        cr_expect_eq(t->ran_each[i], 1);
+}
+
+/* Waits until c's rs_client_fd is readable (a completion is queued for dispatch), at most
+ * timeout_ms; whether it is. */
+static inline int wait_readable(rs_client_t *c, long timeout_ms)
+{
+    int fd = rs_client_fd(c);
+    long long end = tu_mono_ms() + timeout_ms;
+    while (tu_mono_ms() < end) {
+        fd_set rd;
+        FD_ZERO(&rd);
+        FD_SET(fd, &rd);
+        struct timeval tv = {0, 50000};
+        if (select(fd + 1, &rd, NULL, NULL, &tv) > 0)
+            return 1;
+    }
+    return 0;
 }
 
 /* ---- FIFO over many names: per requests pending on each of names mutexes, each grant

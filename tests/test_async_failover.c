@@ -275,47 +275,56 @@ static void release_and_check(fo_env_t *e, fo_run_t *r, fifo_t *x, const char *w
     cr_expect_eq(rs_client_close(r->c), 0);
 }
 
+/* One test's environment, run and requests (each test runs in a process of its own). */
+typedef struct fo_case {
+    fo_env_t e;
+    fo_run_t r;
+    fifo_t x;
+} fo_case_t;
+
+static fo_case_t g_case;
+
+/* The environment up and the requests queued behind the holds. */
+static fo_case_t *case_queued(void)
+{
+    env_start(&g_case.e);
+    queue_up(&g_case.e, &g_case.r, &g_case.x);
+    return &g_case;
+}
+
+/* release_and_check, then the environment down. */
+static void case_finish(fo_case_t *k, const char *what, int promote)
+{
+    release_and_check(&k->e, &k->r, &k->x, what, promote);
+    env_stop(&k->e);
+}
+
 Test(async_failover, manual_failover)
 {
-    static fo_env_t e;
-    env_start(&e);
-    static fo_run_t r;
-    static fifo_t x;
-    queue_up(&e, &r, &x);
+    fo_case_t *k = case_queued();
     char buf[256];
-    cr_assert_not_null(ts_cmd_str(&e.nodes[e.replica], buf, sizeof buf, "CLUSTER FAILOVER"));
-    wait_promoted(&e);
-    cr_log_info("CLUSTER FAILOVER: node %d -> node %d", e.master, e.replica);
-    release_and_check(&e, &r, &x, "manual failover", 0);
-    env_stop(&e);
+    cr_assert_not_null(ts_cmd_str(&k->e.nodes[k->e.replica], buf, sizeof buf,
+                                  "CLUSTER FAILOVER"));
+    wait_promoted(&k->e);
+    cr_log_info("CLUSTER FAILOVER: node %d -> node %d", k->e.master, k->e.replica);
+    case_finish(k, "manual failover", 0);
 }
 
 Test(async_failover, takeover_after_kill)
 {
-    static fo_env_t e;
-    env_start(&e);
-    static fo_run_t r;
-    static fifo_t x;
-    queue_up(&e, &r, &x);
+    fo_case_t *k = case_queued();
     /* every queue entry and hold on the replica before the master dies */
-    cr_assert_eq(ts_cmd_int(&e.nodes[e.master], "WAIT 1 5000"), 1, "the replica lags");
-    ts_server_kill(&e.nodes[e.master]);
+    cr_assert_eq(ts_cmd_int(&k->e.nodes[k->e.master], "WAIT 1 5000"), 1, "the replica lags");
+    ts_server_kill(&k->e.nodes[k->e.master]);
     char buf[256];
-    cr_assert_not_null(ts_cmd_str(&e.nodes[e.replica], buf, sizeof buf,
+    cr_assert_not_null(ts_cmd_str(&k->e.nodes[k->e.replica], buf, sizeof buf,
                                   "CLUSTER FAILOVER TAKEOVER"));
-    wait_promoted(&e);
-    cr_log_info("master node %d killed, node %d took over", e.master, e.replica);
-    release_and_check(&e, &r, &x, "takeover", 0);
-    env_stop(&e);
+    wait_promoted(&k->e);
+    cr_log_info("master node %d killed, node %d took over", k->e.master, k->e.replica);
+    case_finish(k, "takeover", 0);
 }
 
 Test(async_failover, failover_while_granting)
 {
-    static fo_env_t e;
-    env_start(&e);
-    static fo_run_t r;
-    static fifo_t x;
-    queue_up(&e, &r, &x);
-    release_and_check(&e, &r, &x, "failover while granting", 1);
-    env_stop(&e);
+    case_finish(case_queued(), "failover while granting", 1);
 }

@@ -44,11 +44,9 @@ static void failure_run(int restart)
     tu_start_server(&s);
     rs_client_t *c = tu_open_client(&s, 2000, 5000, NULL);
     rs_client_t *c2 = tu_open_client(&s, 2000, 5000, NULL);
-    rs_mutex_t *m, *m2;
-    cr_assert_eq(rs_mutex_init(&m, c, "flt"), 0);
-    cr_assert_eq(rs_mutex_init(&m2, c2, "flt"), 0);
+    rs_mutex_t *m2;
     rs_hold_t *h;
-    cr_assert_eq(rs_mutex_acquire(m2, NULL, &h), 0);
+    rs_mutex_t *m = mutex_held_by(c, c2, "flt", &m2, &h);
     static tally_t t;
     static treq_t r[NFAIL];
     tally_pend(m, &t, r, NFAIL);
@@ -142,12 +140,8 @@ Test(async, inflight_resent)
         cr_assert_eq(rs_mutex_init(&m[i], c, name), 0);
     }
     /* the I/O thread and the subscriber up, the script loaded */
-    one_t w = {0};
+    warm_up(c, m[0]);
     rs_request_t *req;
-    cr_assert_eq(rs_mutex_acquire_async(m[0], NULL, one_done, &w, &req), 0);
-    cr_assert(loop_until(c, &w.ran, 1, 10000));
-    cr_assert_eq(w.rc, 0);
-    cr_assert_eq(rs_hold_release(w.hold), 0);
     /* the server stops answering: the calls are sent, their replies never come; then it
      * dies and comes back empty, and each is sent again on the new connection */
     ts_server_pause(&s);
@@ -187,12 +181,8 @@ Test(async, stalled_server)
     rs_client_t *c = tu_open_client(&s, 3000, 800, NULL);
     rs_mutex_t *m;
     cr_assert_eq(rs_mutex_init(&m, c, "stall"), 0);
-    one_t w = {0};
+    warm_up(c, m);
     rs_request_t *req;
-    cr_assert_eq(rs_mutex_acquire_async(m, NULL, one_done, &w, &req), 0);
-    cr_assert(loop_until(c, &w.ran, 1, 10000));
-    cr_assert_eq(w.rc, 0);
-    cr_assert_eq(rs_hold_release(w.hold), 0);
     /* stopped (SIGSTOP): the calls are sent and never answered; without a bound they would
      * wait forever, deadline or not */
     ts_server_pause(&s);

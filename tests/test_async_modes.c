@@ -78,10 +78,8 @@ Test(async_modes, sentinel_failover)
     cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
     cr_assert_eq(rs_client_open(&holder, &cfg), 0, "%s", rs_client_lasterror(NULL));
     rs_mutex_t *m, *hm;
-    cr_assert_eq(rs_mutex_init(&m, c, "fo"), 0);
-    cr_assert_eq(rs_mutex_init(&hm, holder, "fo"), 0);
     rs_hold_t *h;
-    cr_assert_eq(rs_mutex_acquire(hm, NULL, &h), 0, "%s", rs_client_lasterror(holder));
+    m = mutex_held_by(c, holder, "fo", &hm, &h);
 
     static tally_t t;
     static treq_t r[N];
@@ -153,11 +151,9 @@ Test(async_modes, min_replicas_confirmed)
     rs_client_t *c, *holder;
     cr_assert_eq(rs_client_open(&c, &cfg), 0, "%s", rs_client_lasterror(NULL));
     cr_assert_eq(rs_client_open(&holder, &cfg), 0, "%s", rs_client_lasterror(NULL));
-    rs_mutex_t *m, *hm;
-    cr_assert_eq(rs_mutex_init(&m, c, "mr"), 0);
-    cr_assert_eq(rs_mutex_init(&hm, holder, "mr"), 0);
+    rs_mutex_t *hm;
     rs_hold_t *h;
-    cr_assert_eq(rs_mutex_acquire(hm, NULL, &h), 0, "%s", rs_client_lasterror(holder));
+    rs_mutex_t *m = mutex_held_by(c, holder, "mr", &hm, &h);
     static tally_t t;
     static treq_t r[20];
     tally_pend(m, &t, r, 20);

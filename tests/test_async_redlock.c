@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/select.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,41 +43,9 @@
 #include "test_assert.h"
 #include "test_util.h"
 #include "test_async.h"
+#include "test_redlock.h"
 
 TestSuite(async_redlock, .timeout = 180);
-
-#define NM 3
-
-typedef struct masters {
-    ts_server_t s[NM];
-    char url[256];
-} masters_t;
-
-static void masters_up(masters_t *m)
-{
-    memset(m, 0, sizeof *m);
-    for (int i = 0; i < NM; i++)
-        cr_assert_eq(ts_server_start(&m->s[i], NULL), 0, "cannot start redis-server %d", i);
-    ts_redlock_url(m->url, sizeof m->url, m->s, NM);
-}
-
-static void masters_down(masters_t *m)
-{
-    for (int i = 0; i < NM; i++)
-        ts_server_stop(&m->s[i]);
-}
-
-static rs_client_t *open_rl(const masters_t *m, long lease_ms, long timeout_ms)
-{
-    rs_config_t cfg;
-    rs_config_init(&cfg);
-    cfg.url = m->url;
-    cfg.lease_ms = lease_ms;
-    cfg.timeout_ms = timeout_ms;
-    rs_client_t *c = NULL;
-    cr_assert_eq(rs_client_open(&c, &cfg), 0, "open %s: %s", m->url, rs_client_lasterror(NULL));
-    return c;
-}
 
 /* How many masters hold the mutex name (its lock hash has an owner). */
 static int held_on(const masters_t *m, const char *name)
@@ -113,20 +80,12 @@ Test(async_redlock, grant_release)
 {
     masters_t m;
     masters_up(&m);
-    rs_client_t *c = open_rl(&m, 3000, 2000);
+    rs_client_t *c = rl_open(m.url, NULL, 3000, 2000);
     rs_mutex_t *mu;
     cr_assert_eq(rs_mutex_init(&mu, c, "gr"), 0);
     for (int round = 0; round < 3; round++) {
-        one_t o = {0};
-        rs_request_t *req = NULL;
-        g_inside = 1;
-        cr_assert_eq(rs_mutex_acquire_async(mu, NULL, one_done, &o, &req), 0, "%s",
-                     rs_client_lasterror(c));
-        g_inside = 0;
-        cr_assert_not_null(req);
-        cr_assert(loop_until(c, &o.ran, 1, 10000), "no completion");
-        cr_expect_eq(o.ran, 1);
-        cr_expect_eq(o.inside, 0, "done ran inside the _async call");
+        one_t o;
+        one_acquire(c, mu, NULL, &o);
         cr_assert_eq(o.rc, 0, "done(%d)", o.rc);
         cr_assert_not_null(o.hold);
         uint64_t f = rs_hold_fence(o.hold), maxf = 0;
@@ -187,8 +146,8 @@ Test(async_redlock, many_names)
 {
     masters_t m;
     masters_up(&m);
-    rs_client_t *c = open_rl(&m, 3000, 2000);
-    rs_client_t *holder = open_rl(&m, 3000, 2000);
+    rs_client_t *c = rl_open(m.url, NULL, 3000, 2000);
+    rs_client_t *holder = rl_open(m.url, NULL, 3000, 2000);
     g_store = ts_connect(&m.s[0]);
     cr_assert_not_null(g_store);
     enum { NAMES = 5, PER = 20 };
@@ -197,9 +156,7 @@ Test(async_redlock, many_names)
     for (int n = 0; n < NAMES; n++) {
         char name[16];
         snprintf(name, sizeof name, "mn%d", n);
-        cr_assert_eq(rs_mutex_init(&mu[n], c, name), 0);
-        cr_assert_eq(rs_mutex_init(&hm[n], holder, name), 0);
-        cr_assert_eq(rs_mutex_acquire(hm[n], NULL, &hh[n]), 0, "%s", rs_client_lasterror(holder));
+        mu[n] = mutex_held_by(c, holder, name, &hm[n], &hh[n]);
     }
     static fifo_t x;
     memset(&x, 0, sizeof x);
@@ -247,13 +204,11 @@ Test(async_redlock, one_master_killed)
 {
     masters_t m;
     masters_up(&m);
-    rs_client_t *c = open_rl(&m, 3000, 1000);
-    rs_client_t *holder = open_rl(&m, 3000, 1000);
-    rs_mutex_t *mu, *hm;
-    cr_assert_eq(rs_mutex_init(&mu, c, "k1"), 0);
-    cr_assert_eq(rs_mutex_init(&hm, holder, "k1"), 0);
+    rs_client_t *c = rl_open(m.url, NULL, 3000, 1000);
+    rs_client_t *holder = rl_open(m.url, NULL, 3000, 1000);
+    rs_mutex_t *hm;
     rs_hold_t *h;
-    cr_assert_eq(rs_mutex_acquire(hm, NULL, &h), 0, "%s", rs_client_lasterror(holder));
+    rs_mutex_t *mu = mutex_held_by(c, holder, "k1", &hm, &h);
     static tally_t t;
     static treq_t r[20];
     tally_pend(mu, &t, r, 20);
@@ -269,10 +224,8 @@ Test(async_redlock, one_master_killed)
     for (int i = 0; i < 20; i++)
         cr_expect_eq(t.each[i], 1, "request %d: done ran %d times", i, t.each[i]);
     /* and a new one on the two that are left */
-    one_t o = {0};
-    rs_request_t *req;
-    cr_assert_eq(rs_mutex_acquire_async(mu, NULL, one_done, &o, &req), 0);
-    cr_assert(loop_until(c, &o.ran, 1, 10000));
+    one_t o;
+    one_acquire(c, mu, NULL, &o);
     cr_expect_eq(o.rc, 0, "done(%d)", o.rc);
     if (o.hold)
         cr_expect_eq(rs_hold_release(o.hold), 0);
@@ -288,16 +241,12 @@ Test(async_redlock, majority_down)
     masters_t m;
     masters_up(&m);
     enum { TMO = 1000 };
-    rs_client_t *c = open_rl(&m, 3000, TMO);
+    rs_client_t *c = rl_open(m.url, NULL, 3000, TMO);
     rs_mutex_t *mu;
     cr_assert_eq(rs_mutex_init(&mu, c, "md"), 0);
     /* the I/O thread and its connections stand first */
-    one_t o = {0};
+    warm_up(c, mu);
     rs_request_t *req;
-    cr_assert_eq(rs_mutex_acquire_async(mu, NULL, one_done, &o, &req), 0);
-    cr_assert(loop_until(c, &o.ran, 1, 10000));
-    cr_assert_eq(o.rc, 0);
-    cr_assert_eq(rs_hold_release(o.hold), 0);
     ts_server_kill(&m.s[0]);
     ts_server_kill(&m.s[1]);
     for (int k = 0; k < 3; k++) {
@@ -327,31 +276,12 @@ Test(async_redlock, cancel_races_grant)
     masters_up(&m);
     /* a grant that leaked would hold the name for its whole lease, longer than the
      * timedlock below waits */
-    rs_client_t *c = open_rl(&m, 10000, 2000);
+    rs_client_t *c = rl_open(m.url, NULL, 10000, 2000);
     rs_mutex_t *mu;
     cr_assert_eq(rs_mutex_init(&mu, c, "race"), 0);
-    for (int round = 0; round < 100; round++) {
-        rs_hold_t *h;
-        cr_assert_eq(rs_mutex_acquire(mu, NULL, &h), 0, "%s", rs_client_lasterror(c));
-        one_t o = {0};
-        rs_request_t *req;
-        cr_assert_eq(rs_mutex_acquire_async(mu, NULL, one_done, &o, &req), 0);
-        if (round % 2) /* queued first, then the race */
-            tu_wait_zcard(&m.s[round % NM], "mutex", "race", 1, 2000);
-        cr_assert_eq(rs_hold_release(h), 0);
-        if (round % 4 == 3)
-            usleep((useconds_t)(rand() % 3000));
-        cr_assert_eq(rs_request_cancel(req), 0);
-        cr_assert(loop_until(c, &o.ran, 1, 10000), "round %d: no completion", round);
-        cr_assert_eq(o.ran, 1);
-        cr_assert_eq(o.rc, ECANCELED, "round %d: rc %d", round, o.rc);
-        cr_assert_null(o.hold);
-        /* the grant, if it came, was released on every master */
-        struct timespec dl = tu_abs_in(4000);
-        cr_assert_eq(rs_mutex_timedlock(mu, &dl), 0, "round %d: the mutex stayed taken (%s)",
-                     round, rs_client_lasterror(c));
-        cr_assert_eq(rs_mutex_unlock(mu), 0);
-    }
+    /* (the grant, if it came, released on every master: the timedlock takes it) */
+    for (int round = 0; round < 100; round++)
+        cancel_race_round(c, mu, "race", &m.s[round % NM], round, 3000, 4000);
     cr_expect(queues_empty(&m, "race", NULL, 5000), "entries left in a queue");
     cr_expect_eq(held_on(&m, "race"), 0);
     rs_mutex_destroy(mu);
@@ -365,23 +295,17 @@ Test(async_redlock, deadlines_fire)
 {
     masters_t m;
     masters_up(&m);
-    rs_client_t *c = open_rl(&m, 3000, 2000);
-    rs_client_t *c2 = open_rl(&m, 3000, 2000);
+    rs_client_t *c = rl_open(m.url, NULL, 3000, 2000);
+    rs_client_t *c2 = rl_open(m.url, NULL, 3000, 2000);
     rs_mutex_t *mu, *m2;
     cr_assert_eq(rs_mutex_init(&mu, c, "dl"), 0);
     cr_assert_eq(rs_mutex_init(&m2, c2, "dl"), 0);
     cr_assert_eq(rs_mutex_lock(m2), 0, "%s", rs_client_lasterror(c2));
     static many_t t;
-    memset(&t, 0, sizeof t);
     static many_req_t r[30];
     long long start = tu_mono_ms();
     struct timespec dl = tu_abs_in(500);
-    rs_request_t *req;
-    for (int i = 0; i < 30; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(mu, &dl, many_done, &r[i], &req), 0);
-    }
+    many_pend(mu, &dl, &t, r, 30);
     cr_assert(loop_until(c, &t.ran, 30, 20000), "ran %d of 30", t.ran);
     cr_expect_eq(t.timedout, 30, "ok %d timedout %d other %d", t.ok, t.timedout, t.other);
     for (int i = 0; i < 30; i++) {
@@ -391,16 +315,14 @@ Test(async_redlock, deadlines_fire)
     }
     cr_expect(queues_empty(&m, "dl", NULL, 5000), "entries left in a queue");
     /* a past deadline: one attempt, EBUSY */
-    one_t o = {0};
+    one_t o;
     struct timespec past = {1, 0};
-    cr_assert_eq(rs_mutex_acquire_async(mu, &past, one_done, &o, &req), 0);
-    cr_assert(loop_until(c, &o.ran, 1, 10000));
+    one_acquire(c, mu, &past, &o);
     cr_expect_eq(o.rc, EBUSY, "done(%d)", o.rc);
     cr_expect_eq(rs_mutex_unlock(m2), 0);
     /* free now: a past deadline takes it */
-    one_t p = {0};
-    cr_assert_eq(rs_mutex_acquire_async(mu, &past, one_done, &p, &req), 0);
-    cr_assert(loop_until(c, &p.ran, 1, 10000));
+    one_t p;
+    one_acquire(c, mu, &past, &p);
     cr_expect_eq(p.rc, 0, "done(%d)", p.rc);
     if (p.hold)
         cr_expect_eq(rs_hold_release(p.hold), 0);
@@ -417,7 +339,7 @@ Test(async_redlock, excludes_blocking)
 {
     masters_t m;
     masters_up(&m);
-    rs_client_t *c = open_rl(&m, 3000, 2000);
+    rs_client_t *c = rl_open(m.url, NULL, 3000, 2000);
     rs_mutex_t *mu;
     cr_assert_eq(rs_mutex_init(&mu, c, "mix"), 0);
     cr_assert_eq(rs_mutex_lock(mu), 0, "%s", rs_client_lasterror(c));
@@ -454,8 +376,8 @@ Test(async_redlock, close_pending)
 {
     masters_t m;
     masters_up(&m);
-    rs_client_t *c = open_rl(&m, 3000, 2000);
-    rs_client_t *c2 = open_rl(&m, 3000, 2000);
+    rs_client_t *c = rl_open(m.url, NULL, 3000, 2000);
+    rs_client_t *c2 = rl_open(m.url, NULL, 3000, 2000);
     rs_mutex_t *mu, *m2, *f, *f2;
     cr_assert_eq(rs_mutex_init(&mu, c, "cl"), 0);
     cr_assert_eq(rs_mutex_init(&m2, c2, "cl"), 0);
@@ -463,38 +385,18 @@ Test(async_redlock, close_pending)
     cr_assert_eq(rs_mutex_init(&f2, c2, "clfree"), 0);
     cr_assert_eq(rs_mutex_lock(m2), 0, "%s", rs_client_lasterror(c2));
     static many_t t;
-    memset(&t, 0, sizeof t);
     static many_req_t r[21];
-    rs_request_t *req;
-    for (int i = 0; i < 20; i++) {
-        r[i].t = &t;
-        r[i].i = i;
-        cr_assert_eq(rs_mutex_acquire_async(mu, NULL, many_done, &r[i], &req), 0);
-    }
+    many_pend(mu, NULL, &t, r, 20);
     for (int i = 0; i < NM; i++)
         cr_assert(tu_wait_zcard(&m.s[i], "mutex", "cl", 20, 10000), "master %d queued %lld", i,
                   tu_zcard_q(&m.s[i], "mutex", "cl"));
     /* a grant completed but not dispatched */
-    r[20].t = &t;
-    r[20].i = 20;
-    cr_assert_eq(rs_mutex_acquire_async(f, NULL, many_done, &r[20], &req), 0);
-    int fd = rs_client_fd(c);
-    long long end = tu_mono_ms() + 10000;
-    while (tu_mono_ms() < end) { /* readable: the grant is queued */
-        fd_set rd;
-        FD_ZERO(&rd);
-        FD_SET(fd, &rd);
-        struct timeval tv = {0, 50000};
-        if (select(fd + 1, &rd, NULL, NULL, &tv) > 0)
-            break;
-    }
+    many_pend_one(f, NULL, &t, r, 20);
+    wait_readable(c, 10000); /* readable: the grant is queued */
     cr_assert_eq(t.ran, 0);
     cr_assert_eq(rs_mutex_trylock(f2), EBUSY, "the grant is not queued");
     cr_assert_eq(rs_client_close(c), 0);
-    cr_expect_eq(t.ran, 21, "done calls run inside close: %d", t.ran);
-    cr_expect_eq(t.canceled, 21, "canceled %d ok %d", t.canceled, t.ok);
-    for (int i = 0; i < 21; i++)
-        cr_expect_eq(t.ran_each[i], 1);
+    many_expect_canceled(&t, 21);
     cr_expect(queues_empty(&m, "cl", NULL, 5000), "entries left in a queue");
     struct timespec dl = tu_abs_in(1000); /* (a leaked grant: 3 s, its lease) */
     cr_expect_eq(rs_mutex_timedlock(f2, &dl), 0, "the undelivered grant was not released");

@@ -51,28 +51,36 @@ static rs_mutex_t *new_mutex(rs_client_t *c, const char *name)
 /* ------------------------------------------------------------------------------------- */
 /* 3. A free mutex while the subscriber cannot subscribe                                  */
 
-Test(netweak, free_mutex_locks_without_subscriber)
+/* A client of s as user nosub (made here), which may run scripts and PUBLISH but not
+ * SUBSCRIBE: its subscriber is refused for as long as the test runs. */
+static rs_client_t *open_nosub(ts_server_t *s)
 {
-    /* a user that may run scripts and PUBLISH but not SUBSCRIBE: the subscriber is refused
-     * for as long as the test runs, which a lossy link only does now and then */
-    ts_server_t s;
-    tu_start_server(&s);
     char buf[256];
-    cr_assert_str_eq(ts_cmd_str(&s, buf, sizeof buf, "ACL SETUSER nosub on >pw ~* &* +@all "
+    cr_assert_str_eq(ts_cmd_str(s, buf, sizeof buf, "ACL SETUSER nosub on >pw ~* &* +@all "
                                 "-subscribe -psubscribe -ssubscribe"), "OK");
     rs_config_t cfg;
     rs_config_init(&cfg);
     char url[160];
-    snprintf(url, sizeof url, "redis://nosub:pw@127.0.0.1:%d", s.port);
+    snprintf(url, sizeof url, "redis://nosub:pw@127.0.0.1:%d", s->port);
     cfg.url = url;
     cfg.lease_ms = 2000;
     cfg.timeout_ms = 500;
     rs_client_t *c = NULL;
     int rc = rs_client_open(&c, &cfg);
     cr_assert_eq(rc, 0, "open as nosub: %d %s", rc, rs_client_lasterror(NULL));
+    return c;
+}
+
+Test(netweak, free_mutex_locks_without_subscriber)
+{
+    /* a user that may run scripts and PUBLISH but not SUBSCRIBE: the subscriber is refused
+     * for as long as the test runs, which a lossy link only does now and then */
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = open_nosub(&s);
     rs_mutex_t *m = new_mutex(c, "free");
 
-    rc = rs_mutex_lock(m);
+    int rc = rs_mutex_lock(m);
     cr_expect_eq(rc, 0, "lock of a free mutex without SUBSCRIBE: %d %s", rc,
                  rs_client_lasterror(c));
     if (rc == 0)
@@ -483,19 +491,7 @@ Test(netweak, async_subscription_refused)
      * is RS_ESERVER, as for the blocking calls, not a connection failure */
     ts_server_t s;
     tu_start_server(&s);
-    char buf[256];
-    cr_assert_str_eq(ts_cmd_str(&s, buf, sizeof buf, "ACL SETUSER nosub on >pw ~* &* +@all "
-                                "-subscribe -psubscribe -ssubscribe"), "OK");
-    rs_config_t cfg;
-    rs_config_init(&cfg);
-    char url[160];
-    snprintf(url, sizeof url, "redis://nosub:pw@127.0.0.1:%d", s.port);
-    cfg.url = url;
-    cfg.lease_ms = 2000;
-    cfg.timeout_ms = 500;
-    rs_client_t *c = NULL;
-    int rc = rs_client_open(&c, &cfg);
-    cr_assert_eq(rc, 0, "open as nosub: %d %s", rc, rs_client_lasterror(NULL));
+    rs_client_t *c = open_nosub(&s);
     rs_client_t *c2 = tu_open_client(&s, 2000, 500, NULL);
     rs_mutex_t *m = new_mutex(c, "busy"), *m2 = new_mutex(c2, "busy");
     cr_assert_eq(rs_mutex_lock(m2), 0);

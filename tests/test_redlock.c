@@ -39,55 +39,16 @@
 #include "redis_server.h"
 #include "redisync.h"
 #include "test_assert.h"
+#include "test_redlock.h"
 #include "test_util.h"
 
 TestSuite(redlock, .timeout = 120);
-
-#define NM 3
-
-typedef struct masters {
-    ts_server_t s[NM];
-    char url[256];
-} masters_t;
-
-static void masters_up(masters_t *m)
-{
-    memset(m, 0, sizeof *m);
-    for (int i = 0; i < NM; i++)
-        cr_assert_eq(ts_server_start(&m->s[i], NULL), 0, "cannot start redis-server %d", i);
-    ts_redlock_url(m->url, sizeof m->url, m->s, NM);
-}
-
-static void masters_down(masters_t *m)
-{
-    for (int i = 0; i < NM; i++)
-        ts_server_stop(&m->s[i]);
-}
-
-static rs_config_t config(const char *url, const char *prefix, long lease_ms, long timeout_ms)
-{
-    rs_config_t cfg;
-    rs_config_init(&cfg);
-    cfg.url = url;
-    cfg.prefix = prefix;
-    cfg.lease_ms = lease_ms;
-    cfg.timeout_ms = timeout_ms;
-    return cfg;
-}
-
-static rs_client_t *open_ok(const char *url, const char *prefix, long lease_ms, long timeout_ms)
-{
-    rs_config_t cfg = config(url, prefix, lease_ms, timeout_ms);
-    rs_client_t *c = NULL;
-    cr_assert_eq(rs_client_open(&c, &cfg), 0, "open %s: %s", url, rs_client_lasterror(NULL));
-    return c;
-}
 
 /* ----- URLs and refusals ---------------------------------------------------------------- */
 
 static void expect_bad(const char *url, const char *want)
 {
-    rs_config_t cfg = config(url, NULL, 0, 300);
+    rs_config_t cfg = rl_config(url, NULL, 0, 300);
     rs_client_t *c = (rs_client_t *)&cfg;
     int rc = rs_client_open(&c, &cfg);
     const char *msg = rs_client_lasterror(NULL);
@@ -119,7 +80,7 @@ Test(redlock, url_bad_forms_are_einval)
 
 Test(redlock, url_min_replicas_refused)
 {
-    rs_config_t cfg = config("redlock://a:1,b:1,c:1", NULL, 0, 300);
+    rs_config_t cfg = rl_config("redlock://a:1,b:1,c:1", NULL, 0, 300);
     cfg.min_replicas = 1;
     rs_client_t *c = NULL;
     cr_expect_eq(rs_client_open(&c, &cfg), EINVAL);
@@ -136,7 +97,7 @@ Test(redlock, other_kinds_refused)
     /* db and credentials-free URL with ?db: every master's db 2 */
     char url[300];
     snprintf(url, sizeof url, "%s?db=2", m.url);
-    rs_client_t *c = open_ok(url, prefix, 1000, 1000);
+    rs_client_t *c = rl_open(url, prefix, 1000, 1000);
 
     rs_rwlock_t *rw = (rs_rwlock_t *)&m;
     cr_expect_eq(rs_rwlock_init(&rw, c, "x"), ENOTSUP);
@@ -186,8 +147,8 @@ Test(redlock, lock_unlock)
     masters_up(&m);
     char prefix[32], key[96];
     ts_unique_prefix(prefix, sizeof prefix);
-    rs_client_t *c1 = open_ok(m.url, prefix, 2000, 1000);
-    rs_client_t *c2 = open_ok(m.url, prefix, 2000, 1000);
+    rs_client_t *c1 = rl_open(m.url, prefix, 2000, 1000);
+    rs_client_t *c2 = rl_open(m.url, prefix, 2000, 1000);
     rs_mutex_t *a = NULL, *b = NULL, *a2 = NULL;
     cr_assert_eq(rs_mutex_init(&a, c1, "job"), 0);
     cr_assert_eq(rs_mutex_init(&a2, c1, "job"), 0);
@@ -261,8 +222,8 @@ Test(redlock, rmutex_reentry)
     masters_up(&m);
     char prefix[32];
     ts_unique_prefix(prefix, sizeof prefix);
-    rs_client_t *c1 = open_ok(m.url, prefix, 1000, 1000);
-    rs_client_t *c2 = open_ok(m.url, prefix, 1000, 1000);
+    rs_client_t *c1 = rl_open(m.url, prefix, 1000, 1000);
+    rs_client_t *c2 = rl_open(m.url, prefix, 1000, 1000);
     rs_rmutex_t *a = NULL, *b = NULL;
     cr_assert_eq(rs_rmutex_init(&a, c1, "r"), 0);
     cr_assert_eq(rs_rmutex_init(&b, c2, "r"), 0);
@@ -331,8 +292,8 @@ Test(redlock, waiter_sleeps_until_release)
     char prefix[32];
     ts_unique_prefix(prefix, sizeof prefix);
     /* a long lease: a waiter that missed the wake-up would sleep for it (30 s) */
-    rs_client_t *c1 = open_ok(m.url, prefix, 30000, 2000);
-    rs_client_t *c2 = open_ok(m.url, prefix, 30000, 2000);
+    rs_client_t *c1 = rl_open(m.url, prefix, 30000, 2000);
+    rs_client_t *c2 = rl_open(m.url, prefix, 30000, 2000);
     rs_mutex_t *a = NULL, *b = NULL;
     cr_assert_eq(rs_mutex_init(&a, c1, "w"), 0);
     cr_assert_eq(rs_mutex_init(&b, c2, "w"), 0);
@@ -409,7 +370,7 @@ static void worker(shared_t *sh, int id, const char *url, const char *prefix, in
     /* SIGPIPE at its default: a write to the killed master must not end the worker (the
      * library sends with MSG_NOSIGNAL, lib/conn.c) */
     signal(SIGPIPE, SIG_DFL);
-    rs_config_t cfg = config(url, prefix, 1000, 3000);
+    rs_config_t cfg = rl_config(url, prefix, 1000, 3000);
     rs_client_t *c = NULL;
     rs_mutex_t *m = NULL;
     rs_rmutex_t *r = NULL;
@@ -586,8 +547,8 @@ Test(redlock, majority_down)
     char prefix[32];
     ts_unique_prefix(prefix, sizeof prefix);
     const long timeout = 500, margin = 3000;
-    rs_client_t *c = open_ok(m.url, prefix, 1000, timeout);
-    rs_client_t *c2 = open_ok(m.url, prefix, 1000, timeout);
+    rs_client_t *c = rl_open(m.url, prefix, 1000, timeout);
+    rs_client_t *c2 = rl_open(m.url, prefix, 1000, timeout);
     rs_mutex_t *held = NULL, *other = NULL;
     rs_rmutex_t *rheld = NULL;
     cr_assert_eq(rs_mutex_init(&held, c, "h"), 0);
@@ -653,7 +614,7 @@ Test(redlock, majority_down)
                  tu_mono_ms() - t0);
 
     /* and a client cannot be opened on one master of three */
-    rs_config_t cfg = config(m.url, prefix, 1000, timeout);
+    rs_config_t cfg = rl_config(m.url, prefix, 1000, timeout);
     rs_client_t *c3 = NULL;
     t0 = tu_mono_ms();
     cr_expect_eq(rs_client_open(&c3, &cfg), RS_ECONN);

@@ -231,13 +231,13 @@ static inline const char *st_url(const ts_server_t *srv)
     return st_cluster_on ? st_cluster_url : st_tls_on ? st_tls_url : srv->url;
 }
 
-/* A client of srv with a unique prefix (shared by every client of one program when prefix
+/* A client of url with a unique prefix (shared by every client of one program when prefix
  * is given), the stress lease, on_lost and log counters. Exits 2 when it cannot open. */
-static inline rs_client_t *st_open(const ts_server_t *srv, const char *prefix)
+static inline rs_client_t *st_open_url(const char *url, const char *prefix)
 {
     rs_config_t cfg;
     rs_config_init(&cfg);
-    cfg.url = st_url(srv);
+    cfg.url = url;
     cfg.prefix = prefix;
     cfg.lease_ms = st_lease_ms();
     cfg.timeout_ms = 10000; /* sanitizers and valgrind are slow; Redis is local */
@@ -246,11 +246,17 @@ static inline rs_client_t *st_open(const ts_server_t *srv, const char *prefix)
     rs_client_t *c = NULL;
     int rc = rs_client_open(&c, &cfg);
     if (rc != 0) {
-        fprintf(stderr, "%s: rs_client_open(%s): %d %s\n", st_prog, st_url(srv), rc,
+        fprintf(stderr, "%s: rs_client_open(%s): %d %s\n", st_prog, url, rc,
                 rs_client_lasterror(NULL));
         exit(2);
     }
     return c;
+}
+
+/* st_open_url on srv's URL (st_url). */
+static inline rs_client_t *st_open(const ts_server_t *srv, const char *prefix)
+{
+    return st_open_url(st_url(srv), prefix);
 }
 
 static inline void st_join_all(pthread_t *t, int n)
@@ -319,6 +325,18 @@ static inline void st_check_closed(ts_server_t *srv, const char *which)
     }
 }
 
+/* The summary line (ok or FAILED, the time since started_ms, the counters); the exit status:
+ * 1 when a check failed, else 0. */
+static inline int st_summary(long long started_ms)
+{
+    int f = atomic_load(&st_failures);
+    fprintf(stderr, "%s: %s%s in %.1f s (%d failure(s), %d on_lost, %ld log lines)\n", st_prog,
+            f ? "FAILED" : "ok", st_cluster_on ? " on the Cluster" : "",
+            (double)(st_mono_ms() - started_ms) / 1000.0, f, atomic_load(&st_lost),
+            atomic_load(&st_logs));
+    return f ? 1 : 0;
+}
+
 /* The end of main(): I7 on the server (on every master under STRESS_CLUSTER), stops it,
  * prints a summary, returns the exit status. Call it once every client is closed. */
 static inline int st_finish(ts_server_t *srv, long long started_ms)
@@ -336,12 +354,7 @@ static inline int st_finish(ts_server_t *srv, long long started_ms)
     }
     if (st_tls_on)
         tt_certs_free(&st_certs);
-    int f = atomic_load(&st_failures);
-    fprintf(stderr, "%s: %s%s in %.1f s (%d failure(s), %d on_lost, %ld log lines)\n", st_prog,
-            f ? "FAILED" : "ok", st_cluster_on ? " on the Cluster" : "",
-            (double)(st_mono_ms() - started_ms) / 1000.0, f, atomic_load(&st_lost),
-            atomic_load(&st_logs));
-    return f ? 1 : 0;
+    return st_summary(started_ms);
 }
 
 #endif
