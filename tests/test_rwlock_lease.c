@@ -162,13 +162,15 @@ Test(rwlock, renewal_and_close)
 {
     ts_server_t s;
     tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 300, 3000, NULL);
+    /* a 600 ms lease (renewed every 200 ms): 300 ms lost a renewal now and then when make
+     * test ran six jobs on two busy cores */
+    rs_client_t *c = tu_open_client(&s, 600, 3000, NULL);
     rs_client_t *c2 = tu_open_client(&s, 2000, 3000, NULL);
     rs_rwlock_t *rw = new_rw(c, "rn");
     rs_rwlock_t *rw2 = new_rw(c2, "rn");
     cr_assert_eq(rs_rwlock_rdlock(rw), 0);
     cr_assert_eq(in_thread(rw, OP_TRYRD), 0);
-    tu_sleep_ms(1200); /* four leases: the watchdog renews the read hold */
+    tu_sleep_ms(1200); /* two leases: the watchdog renews the read hold */
     cr_expect_eq(rs_rwlock_trywrlock(rw2), EBUSY, "the renewed read hold was lost");
     cr_expect_eq(rs_rwlock_unlock(rw), 0, "unlock after renewals");
     cr_assert_eq(rs_rwlock_wrlock(rw), 0);
