@@ -74,9 +74,9 @@ static const scenario_t scenarios[] = {
     /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock net tls optin async cluster pending */
     {"mutex-aof",    P_MUTEX,  1,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"mutex-lose",   P_MUTEX,  0,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"rwlock-aof",   P_RWLOCK, 1,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"rmutex-lose",  P_RMUTEX, 0,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"rwlock-aof",   P_RWLOCK, 1,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"sem-lose",     P_SEM,    0,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     {"latch-aof",    P_LATCH,  1,  10,   18,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Sentinel: failovers (one per 14 s at most: the old master is demoted about 10 s after
      * the switch) among process faults; holds WAIT-confirmed by the replica (min_replicas 1),
@@ -88,7 +88,7 @@ static const scenario_t scenarios[] = {
     /* Redlock: three masters with their data (a master restarted without it can let a second
      * holder in: docs/deployments.md), every server fault on one master at a time; the lock
      * wait column shows whether waiters are woken (issue 17: they slept through leases) */
-    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0, 0, 0, 0, 0, 0},
+    {"mutex-redlock", P_MUTEX, 1,  8,    15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* TLS: every library connection is a TLS session (rediss://); kills of connections cut
      * sessions mid-reply, restarts under load make every client reconnect and resume its
      * session, stalls hold handshakes (issue 12) */
