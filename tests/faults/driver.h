@@ -75,7 +75,8 @@ extern char g_exe[4096];
 extern int g_verbose;
 extern int g_sabotage; /* --sabotage: workers sometimes skip the lock; the checks must fail */
 extern int g_net;      /* --net: the network scenarios (net.c), inside run.sh's namespace */
-extern int g_async_pending; /* --pending N: requests each event-loop worker keeps pending */
+extern int g_async_pending; /* --pending N: requests each event-loop worker keeps pending, in
+                             every scenario (0: scenario_t.pending, else 300) */
 
 /* slot i runs an event-loop worker (worker_async.c): the scenario's last ASYNC slots */
 #define SLOT_ASYNC(R, i) ((i) >= (R)->sc->procs - (R)->sc->async)

@@ -104,10 +104,12 @@ typedef struct scenario {
     int optin;            /* 1: runs only when --only names it (a known failure, kept as its
                              reproduction: see docs/reliability.md) */
     int async;            /* mutex: the last ASYNC slots are event-loop workers
-                             (worker_async.c), each keeping --pending requests pending */
+                             (worker_async.c), each keeping PENDING requests pending */
     int cluster;          /* 1: a Cluster of three masters, no replicas (topology.c), the
                              workers on redis-cluster://; each server fault hits one master,
                              drawn at random */
+    int pending;          /* async: requests each event-loop worker keeps pending (0: 300);
+                             --pending N sets it for every scenario */
 } scenario_t;
 
 extern const char *prim_names[];

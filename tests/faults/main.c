@@ -10,8 +10,8 @@
  *
  * For each scenario (one per primitive, once, barrier and cond included, the mutex twice: with and
  * without persistence, and once more on a Sentinel deployment, and once through the event-loop
- * API: mutex-async, worker_async.c, and again on three Cluster masters: async-cluster) the
- * driver starts a data redis-server (appendonly yes +
+ * API: mutex-async, worker_async.c, and again on three Cluster masters: async-cluster, and
+ * on three Redlock masters: async-redlock) the driver starts a data redis-server (appendonly yes +
  * appendfsync always, or no persistence at all; for mutex-failover a master, two replicas
  * and three sentinels, with SENTINEL FAILOVER among the faults and WAIT-confirmed holds)
  * and forks >= 8 worker processes (worker.c: this same program with
@@ -61,6 +61,9 @@
 /* the same under Cluster, and one master's connections cut (CLIENT KILL TYPE normal, then
  * pubsub: the per-master pipelines and sharded subscribers break one at a time) */
 #define ASYNC_CLUSTER_FAULTS (ASYNC_FAULTS | FB(F_CLIENT_KILL_ALL) | FB(F_PUBSUB_KILL))
+/* the same under Redlock, and one master killed (-9) and restarted with its data, or
+ * blocked (DEBUG SLEEP), as mutex-redlock's: its rounds get one grant fewer, or none */
+#define ASYNC_REDLOCK_FAULTS (ASYNC_FAULTS | FB(F_RESTART_AOF) | FB(F_DEBUG_SLEEP))
 
 /* Leases of 800 ms (renewed every 267 ms); timeout_ms 400, so every pause and DEBUG SLEEP
  * (600-1400 ms) outlasts the command timeout and most outlast the lease. The latch holds
@@ -68,59 +71,68 @@
  * RS_ECONN may or may not have been applied, and the test could not tell whether to send it
  * again): its timeout_ms (3000) outlasts every stall. */
 static const scenario_t scenarios[] = {
-    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock net tls optin async cluster */
-    {"mutex-aof",    P_MUTEX,  1,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"mutex-lose",   P_MUTEX,  0,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"rmutex-lose",  P_RMUTEX, 0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"rwlock-aof",   P_RWLOCK, 1,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"sem-lose",     P_SEM,    0,  10,   20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"latch-aof",    P_LATCH,  1,  10,   18,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* name          prim      aof procs secs lease timeout faults                          names sem latch round sentinel minrep redlock net tls optin async cluster pending */
+    {"mutex-aof",    P_MUTEX,  1,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"mutex-lose",   P_MUTEX,  0,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"rmutex-lose",  P_RMUTEX, 0,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"rwlock-aof",   P_RWLOCK, 1,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"sem-lose",     P_SEM,    0,  10,   15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_LOSE), 1,  3,  0,    0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"latch-aof",    P_LATCH,  1,  10,   18,  800,  3000,   LATCH_FAULTS,                     1,  0,  4,    1000, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* Sentinel: failovers (one per 14 s at most: the old master is demoted about 10 s after
      * the switch) among process faults; holds WAIT-confirmed by the replica (min_replicas 1),
      * so every invariant must hold across them, tokens included; holder kills and stops
      * between them (every dead or frozen waiter in a queue costs the lock up to a lease, and
      * the other scenarios cover those: fewer kinds here keep waits within the 15 s bound) */
     {"mutex-failover", P_MUTEX, 0, 8,    28,  1000, 3000,   FB(F_FAILOVER) | FB(F_KILL_HOLDER) | FB(F_STOP_HOLDER),
-                                                                                              2,  0,  0,    0,    1, 1, 0, 0, 0, 0, 0, 0},
+                                                                                              2,  0,  0,    0,    1, 1, 0, 0, 0, 0, 0, 0, 0},
     /* Redlock: three masters with their data (a master restarted without it can let a second
      * holder in: docs/deployments.md), every server fault on one master at a time; the lock
      * wait column shows whether waiters are woken (issue 17: they slept through leases) */
-    {"mutex-redlock", P_MUTEX, 1,  8,    20,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0, 0, 0, 0, 0},
+    {"mutex-redlock", P_MUTEX, 1,  8,    15,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 1, 0, 0, 0, 0, 0, 0},
     /* TLS: every library connection is a TLS session (rediss://); kills of connections cut
      * sessions mid-reply, restarts under load make every client reconnect and resume its
      * session, stalls hold handshakes (issue 12) */
-    {"mutex-tls",    P_MUTEX,  1,  8,    18,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 0, 0, 1, 0, 0, 0},
+    {"mutex-tls",    P_MUTEX,  1,  8,    18,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  2,  0,  0,    0,    0, 0, 0, 0, 1, 0, 0, 0, 0},
     /* once (issue 14): rounds of one once each, every worker at each; the runner killed or
      * stopped inside fn, a quarter of the runs failing (handed on): fn never twice at once,
      * never after a confirmed success, nobody through before a success (I8). With AOF: a
      * restart without the done mark would rightly run fn again */
-    {"once-aof",     P_ONCE,   1,  10,   10,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  1,  0,  0,    0,    0, 0, 0, 0, 0, 0, 0, 0},
+    {"once-aof",     P_ONCE,   1,  10,   10,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  1,  0,  0,    0,    0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* barrier (issue 14): 8 workers at one barrier of 3 parties, a quarter of the waits
      * timing out (withdrawn) under the faults: nobody passes before a generation that
      * counts it trips, one serial per generation, PARTIES counted in each (I9). It holds
      * nothing, so no holder faults; timeout_ms as the latch's: no arrival left in doubt */
-    {"barrier-aof",  P_BARRIER, 1, 8,    9,   800,  3000,   LATCH_FAULTS,                     1,  4,  0,    0,    0, 0, 0, 0, 0, 0, 0, 0},
+    {"barrier-aof",  P_BARRIER, 1, 8,    9,   800,  3000,   LATCH_FAULTS,                     1,  4,  0,    0,    0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* cond: 4 producers, 4 consumers, one mutex, two conditions over a bounded buffer that
      * only the mutex keeps consistent, under the mutex's faults: I1-I4, I6; I10 (worker_cond.c) */
-    {"cond-aof",     P_COND,   1,  8,    10,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  1,  0,  0,    0,    0, 0, 0, 0, 0, 0, 0, 0},
+    {"cond-aof",     P_COND,   1,  8,    10,  800,  400,    LOCK_FAULTS | FB(F_RESTART_AOF),  1,  0,  0,    0,    0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* the event-loop API (issue 16): w5-w7 are one-thread epoll workers (worker_async.c),
-     * each keeping --pending (300) rs_mutex_acquire_async requests pending on the names of
+     * each keeping 300 (--pending) rs_mutex_acquire_async requests pending on the names of
      * the blocking workers w0-w4, some with short deadlines, some cancelled; kill -9 and
      * SIGSTOP past the lease, most of them aimed at the event-loop workers (schedule.c,
      * pick_target): I1-I4, I6 for their grants as for every section. One data server (the
-     * event-loop API is not offered under redlock:// or min_replicas; Cluster: next) */
-    {"mutex-async",  P_MUTEX,  1,  8,    7,   800,  400,    ASYNC_FAULTS,                     6,  0,  0,    0,    0, 0, 0, 0, 0, 0, 3, 0},
+     * event-loop API is not offered under min_replicas; Cluster and Redlock: next) */
+    {"mutex-async",  P_MUTEX,  1,  8,    7,   800,  400,    ASYNC_FAULTS,                     6,  0,  0,    0,    0, 0, 0, 0, 0, 0, 3, 0, 0},
     /* the same on a Cluster of three masters (redis-cluster://): the six names two to a
      * master, so each event-loop worker's requests go out on three pipelines and wait for
      * sharded wake-ups on three masters; besides the process faults, one master's normal
      * or pub/sub connections killed (every worker's pipeline or subscriber to it breaks
      * with hundreds pending). Same invariants, the keys' TTLs checked on every master */
-    {"async-cluster", P_MUTEX, 0,  8,    7,   800,  400,    ASYNC_CLUSTER_FAULTS,             6,  0,  0,    0,    0, 0, 0, 0, 0, 0, 3, 1},
+    {"async-cluster", P_MUTEX, 0,  8,    7,   800,  400,    ASYNC_CLUSTER_FAULTS,             6,  0,  0,    0,    0, 0, 0, 0, 0, 0, 3, 1, 0},
+    /* and on the three Redlock masters of mutex-redlock (redlock://, appendonly): each
+     * request's rounds go to all three (lib/async_rl.c), granted on a quorum of two; besides
+     * the process faults, one master killed and restarted with its data or blocked by DEBUG
+     * SLEEP (its rounds then one answer short). 100 pending per event-loop worker, not 300:
+     * every request waits in all three masters' queues, so 100 make the per-master queues
+     * of async-cluster's 300 (with 300, quorums answered past timeout_ms and requests ended
+     * in RS_ECONN by the thousand on a loaded machine: docs/reliability.md). Same
+     * invariants, the keys' TTLs checked on every master; FIFO is not promised */
+    {"async-redlock", P_MUTEX, 1,  8,    7,   800,  400,    ASYNC_REDLOCK_FAULTS,             6,  0,  0,    0,    0, 0, 1, 0, 0, 0, 3, 0, 100},
 };
 #define NSCEN ((int)(sizeof scenarios / sizeof scenarios[0]))
 
 char g_exe[4096];
-int g_async_pending = 300;
+int g_async_pending; /* 0: each scenario's (scenario_t.pending) */
 int g_verbose;
 int g_sabotage;
 int g_net;
@@ -129,7 +141,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: redisync-faults [--seed N] [--only NAME[,NAME...]] [--scale PCT] "
                     "[--verbose] [--list] [--sabotage] [--net] [--pending N]\n"
-                    "  --pending N: requests each event-loop worker keeps pending (default 300)\n"
+                    "  --pending N: requests each event-loop worker keeps pending (default 300; async-redlock 100)\n"
                     "  --net: the network scenarios; only inside tests/network/run.sh's namespace\n"
                     "  --sabotage: self-test of the checks: workers sometimes skip the lock (latch: "
                     "the wait) and claim success; the run must then FAIL\n");

@@ -58,38 +58,38 @@
 /* Network scenarios: mutex (and one rwlock, one semaphore), 8 processes, lease 3000 ms,
  * timeout_ms 2000. */
 const scenario_t net_scenarios[] = {
-    /* name             prim     aof procs secs lease timeout faults                 names sem latch round sentinel minrep redlock net tls optin async cluster */
-    {"net-blackhole",   P_MUTEX, 1,  8,    36,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0, 0, 0},
-    {"net-oneway",      P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_ONEWAY),      2,    0,  0,    0,    0, 0, 0, NET_ONEWAY, 0, 0, 0, 0},
-    {"net-slow-lossy",  P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0, 0, 0},
-    {"net-flap",        P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_FLAP),        2,    0,  0,    0,    0, 0, 0, NET_FLAP, 0, 0, 0, 0},
+    /* name             prim     aof procs secs lease timeout faults                 names sem latch round sentinel minrep redlock net tls optin async cluster pending */
+    {"net-blackhole",   P_MUTEX, 1,  8,    36,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0, 0, 0, 0},
+    {"net-oneway",      P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_ONEWAY),      2,    0,  0,    0,    0, 0, 0, NET_ONEWAY, 0, 0, 0, 0, 0},
+    {"net-slow-lossy",  P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0, 0, 0, 0},
+    {"net-flap",        P_MUTEX, 1,  8,    30,  3000, 2000,  FB(F_NET_FLAP),        2,    0,  0,    0,    0, 0, 0, NET_FLAP, 0, 0, 0, 0, 0},
     /* the read-write lock (writers and readers) and a semaphore of 3 permits, under the
      * black hole and the slow, lossy links */
-    {"net-rw-blackhole", P_RWLOCK, 1, 8,   30,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0, 0, 0},
-    {"net-sem-slow-lossy", P_SEM, 1,  8,   30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  1,    3,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0, 0, 0},
+    {"net-rw-blackhole", P_RWLOCK, 1, 8,   30,  3000, 2000,  FB(F_NET_BLACKHOLE),   2,    0,  0,    0,    0, 0, 0, NET_BLACKHOLE, 0, 0, 0, 0, 0},
+    {"net-sem-slow-lossy", P_SEM, 1,  8,   30,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  1,    3,  0,    0,    0, 0, 0, NET_SLOW_LOSSY, 0, 0, 0, 0, 0},
     /* Redlock (three masters, appendonly + fsync always): one worker cut from one master
      * (the others reach it, and it reaches the others); then the slow, lossy links on every
      * master (0 false loss reports required, as in net-slow-lossy; waiters no longer starve
      * since a free lock goes to the first waiter by ticket: docs/reliability.md, "Redlock
      * under delay and loss") */
-    {"net-rl-part",     P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_RL_PART),     2,    0,  0,    0,    0, 0, 1, NET_RL_PART, 0, 0, 0, 0},
-    {"net-rl-slowloss", P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 1, NET_SLOW_LOSSY, 0, 0, 0, 0},
+    {"net-rl-part",     P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_RL_PART),     2,    0,  0,    0,    0, 0, 1, NET_RL_PART, 0, 0, 0, 0, 0},
+    {"net-rl-slowloss", P_MUTEX, 1,  8,    24,  3000, 2000,  FB(F_NET_SLOW_LOSSY),  2,    0,  0,    0,    0, 0, 1, NET_SLOW_LOSSY, 0, 0, 0, 0, 0},
     /* split brain (net_split.c): the master (Sentinel: 2 replicas, 3 sentinels) or one
      * shard's master (Cluster: 3 masters + 3 replicas) with workers w0-w2 cut from the rest
      * for 8-10 s, longer than the failover, then healed; min_replicas 1 and
      * min-replicas-to-write 1 (docs/reliability.md, "Split brain") */
-    {"net-sentinel-split", P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_SENTINEL, 0, 0, 0, 0},
-    {"net-cluster-split",  P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER, 0, 0, 0, 0},
+    {"net-sentinel-split", P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_SENTINEL, 0, 0, 0, 0, 0},
+    {"net-cluster-split",  P_MUTEX, 0, 8,  40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER, 0, 0, 0, 0, 0},
     /* the same with two replicas per shard (3 masters + 6 replicas): the cut shard's
      * promoted replica keeps the other one, so the far side must get n0 during the split */
-    {"net-cluster-split-2r", P_MUTEX, 0, 8, 40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER2, 0, 0, 0, 0},
+    {"net-cluster-split-2r", P_MUTEX, 0, 8, 40,  3000, 2000,  FB(F_NET_SPLIT),       2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER2, 0, 0, 0, 0, 0},
     /* opt-in, expected to fail: one of the two replicas cut along with the master, so that
      * min_replicas 1 is below the replicas that may be promoted (docs/reliability.md) */
-    {"net-cluster-split-2r-along", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),    2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER2A, 0, 1, 0, 0},
+    {"net-cluster-split-2r-along", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),    2,    0,  0,    0,    0, 1, 0, NET_SPLIT_CLUSTER2A, 0, 1, 0, 0, 0},
     /* the same without min_replicas and min-replicas-to-write: opt-in, they are expected
      * to fail (what the configuration prevents; docs/reliability.md, "Split brain") */
-    {"net-sentinel-split-nowait", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_SENTINEL, 0, 1, 0, 0},
-    {"net-cluster-split-nowait",  P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_CLUSTER, 0, 1, 0, 0},
+    {"net-sentinel-split-nowait", P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_SENTINEL, 0, 1, 0, 0, 0},
+    {"net-cluster-split-nowait",  P_MUTEX, 0, 8, 40, 3000, 2000, FB(F_NET_SPLIT),     2,    0,  0,    0,    0, 0, 0, NET_SPLIT_CLUSTER, 0, 1, 0, 0, 0},
 };
 const int net_nscen = (int)(sizeof net_scenarios / sizeof net_scenarios[0]);
 

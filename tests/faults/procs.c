@@ -47,7 +47,8 @@ pid_t spawn(run_t *R, int i)
         round0 = (int)((now_us() - R->t0) / (sc->round_ms * 1000)) + 1;
     snprintf(a[k++], sizeof a[0], "round0=%d", round0);
     snprintf(a[k++], sizeof a[0], "sab=%d", g_sabotage);
-    snprintf(a[k++], sizeof a[0], "async=%d", SLOT_ASYNC(R, i) ? g_async_pending : 0);
+    int pending = g_async_pending ? g_async_pending : R->sc->pending ? R->sc->pending : 300;
+    snprintf(a[k++], sizeof a[0], "async=%d", SLOT_ASYNC(R, i) ? pending : 0);
     char *argv[28];
     argv[0] = "redisync-faults";
     argv[1] = "--worker";
