@@ -123,13 +123,6 @@ local function release(acq, t, now_ms)
   end
 end
 
--- Whether acq is the id the owner tokhash released last, its tombstone still live.
-local function released_last(acq, tokhash, now_ms)
-  local tomb = 'r:' .. tokhash
-  return redis.call('HGET', KEYS[3], tomb) == acq and
-         (tonumber(redis.call('ZSCORE', KEYS[2], tomb)) or 0) > TOMB_BASE + now_ms
-end
-
 -- The uncontended acquire and release, first and in as few calls as possible: nobody queued,
 -- nothing lapsed to purge, enough permits free (or, for a release, nobody to serve). They
 -- return before the helpers below are defined (docs/performance.md, "Uncontended cost per
@@ -144,14 +137,18 @@ end
 -- (busy_exp: the earliest live hold's lease end), before the full path's are made.
 local FAST_MAX = 64 -- more holds (or tombstones due) than this: the full path
 local fast_size, qfirst, fast_ms, fast_us, fast_rec, fast_exp, busy_exp
+local fast_th, fast_qinfo, fast_qlast, hand
 if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
   local n = tonumber(ARGV[9])
   fast_size = redis.call('HGET', KEYS[1], 's')
   local size = tonumber(fast_size)
   if size and n and n >= 1 and n <= size then
-    qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
+    -- the queue's tail (q_add's read, passed on): only whether the queue is empty is needed
+    -- here, and a busy answer queues behind it
+    fast_qlast = redis.call('ZRANGE', KEYS[5], '-1', '-1', 'WITHSCORES')
+    if not fast_qlast[1] then qfirst = false end
   end
-  if qfirst ~= nil then
+  if fast_qlast then
     fast_ms, fast_us = clock()
     local now_ms, now_us = fast_ms, fast_us
     -- the holds (scores below TOMB_BASE) and, after them, the tombstones due, in one read
@@ -177,7 +174,7 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
       if c and c > 0 and (not first_end or ends[i] < first_end) then first_end = ends[i] end
     end
     -- info[1]: this id holds already (a retry): the full path answers it
-    if qfirst and ok and not info[1] and #gone == 0 and taken >= size and first_end then
+    if fast_qlast[1] and ok and not info[1] and #gone == 0 and taken >= size and first_end then
       busy_exp = first_end
     elseif qfirst == false and ok and not info[1] and taken + n <= size then
       -- grant() writes first: its GET has checked the fencing counter's type
@@ -193,15 +190,54 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
 elseif op == 'rel' then
   fast_rec = redis.call('HGET', KEYS[3], ARGV[3])
   local c, t = parse_holder(fast_rec)
-  if c and c >= 1 and t == redis.sha1hex(ARGV[2]) then
+  if c and c >= 1 then fast_th = redis.sha1hex(ARGV[2]) end
+  if c and c >= 1 and t == fast_th then
     fast_ms, fast_us = clock()
     local now_ms = fast_ms
-    fast_exp = redis.call('ZSCORE', KEYS[2], ARGV[3])
-    if (tonumber(fast_exp) or 0) > now_ms then
-      qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
-      if not qfirst then
+    qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
+    if not qfirst then
+      fast_exp = redis.call('ZSCORE', KEYS[2], ARGV[3])
+      if (tonumber(fast_exp) or 0) > now_ms then
         release(ARGV[3], t, now_ms)
         return 1
+      end
+    else
+      -- a handover: the holds and the tombstones due in one read, which gives this hold's
+      -- expiry too (the full path's, if it is not in a complete list: it reads it again)
+      local all = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(TOMB_BASE + now_ms),
+                             'WITHSCORES', 'LIMIT', 0, FAST_MAX + 1)
+      local others, ok = {}, #all < 2 * (FAST_MAX + 1)
+      for i = 1, #all, 2 do
+        local score = tonumber(all[i + 1])
+        if all[i] == ARGV[3] then
+          if ok then fast_exp = all[i + 1] end
+        elseif score <= now_ms or score >= TOMB_BASE then
+          ok = false -- a lapsed hold or a tombstone due: the full path purges
+        else
+          others[#others + 1] = all[i]
+        end
+      end
+      ok = ok and (tonumber(fast_exp) or 0) > now_ms and qfirst ~= ARGV[3]
+      if ok then
+        fast_size = redis.call('HGET', KEYS[1], 's')
+        fast_qinfo = redis.call('HGET', KEYS[6], qfirst)
+        local size = tonumber(fast_size)
+        local qexp, lease, tok, n = string.match(fast_qinfo or '',
+                                                 '^(%d+) (%d+) (%x+) (%d+)$')
+        n = tonumber(n)
+        ok = size and n and n >= 1 and n <= size and tonumber(qexp) > now_ms
+        local taken = 0
+        if ok and #others > 0 then
+          local info = redis.call('HMGET', KEYS[3], unpack(others))
+          for i = 1, #info do
+            local oc = parse_holder(info[i])
+            if not oc then ok = false else taken = taken + oc end -- orphan: the full path
+          end
+        end
+        -- the head fits, and serve() would stop right after it (no permit left)
+        if ok and taken + n == size then
+          hand = {tok, n, tonumber(lease), t}
+        end
       end
     end
   end
@@ -220,11 +256,30 @@ if busy_exp then
   if ARGV[6] == 'q' then
     local ql = tonumber(ARGV[8])
     e = q_add(KEYS[5], KEYS[6], ARGV[3], fmt(fast_ms + ql) .. ' ' .. ARGV[4] .. ' ' ..
-              redis.sha1hex(ARGV[2]) .. ' ' .. ARGV[9], tonumber(ARGV[7]), ql, fast_ms)
+              redis.sha1hex(ARGV[2]) .. ' ' .. ARGV[9], tonumber(ARGV[7]), ql, fast_ms, nil,
+              fast_qlast)
   end
   refresh_size()
   if e then return e end
   return {0, retry, ARGV[6] == 'q' and 1 or 0, seen}
+end
+
+if hand then
+  -- (hand above) every key but the fencing counter is read by now: TYPE it before the
+  -- first write. Then what the full path does (release, serve), without its re-read of the
+  -- holds after the release, and without the size record's daily TTL refresh: the released
+  -- hold's acq or last renewal refreshed it less than a lease (at most a day) ago, and the
+  -- head's first renewal refreshes it again, as after an uncontended release.
+  local ft = redis.call('TYPE', KEYS[4]).ok
+  if ft ~= 'none' and ft ~= 'string' then
+    return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore',
+                      {true, true, true, false, true, true})
+  end
+  release(ARGV[3], hand[4], fast_ms)
+  q_drop(KEYS[5], KEYS[6], qfirst)
+  local f = grant(hand[1], qfirst, hand[2], hand[3], fast_ms, fast_us)
+  wake(ARGV[5], KEYS[1], qfirst, qfirst .. ' ' .. f)
+  return 1
 end
 
 -- The keys this call has read with a command of their type (so checked): the type checks
@@ -235,6 +290,13 @@ local function check_types()
   return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore', typed)
 end
 
+
+-- Whether acq is the id the owner tokhash released last, its tombstone still live.
+local function released_last(acq, tokhash, now_ms)
+  local tomb = 'r:' .. tokhash
+  return redis.call('HGET', KEYS[3], tomb) == acq and
+         (tonumber(redis.call('ZSCORE', KEYS[2], tomb)) or 0) > TOMB_BASE + now_ms
+end
 
 -- The size, creating the record with the handle's initial size when it is absent (it expired
 -- after a long disuse, or was never created). nil when absent and the handle only attaches.
@@ -338,7 +400,7 @@ end
 
 -- The queue's first entry as last read: qfirst (false: empty; nil: not known) and its info
 -- (qinfo, or nil), forgotten at every write of the queue.
-local qinfo
+local qinfo = fast_qinfo
 
 local function drop(acq)
   qfirst, qinfo = nil, nil
@@ -359,7 +421,7 @@ local function read_size_and_head()
   typed[1] = true
   if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false end
   typed[5] = true
-  if qfirst then
+  if qfirst and not qinfo then
     qinfo = redis.call('HGET', KEYS[6], qfirst)
     typed[6] = true
   end
@@ -410,7 +472,7 @@ local function enqueue(tokhash, now_ms)
                tonumber(ARGV[8]), now_ms)
 end
 
-local tokhash = redis.sha1hex(ARGV[2])
+local tokhash = fast_th or redis.sha1hex(ARGV[2])
 
 -- The watchdog's operations come first: they run every lease/3 for every hold and waiter.
 if op == 'renew' then
