@@ -275,9 +275,23 @@ if hand then
     return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore',
                       {true, true, true, false, true, true})
   end
-  release(ARGV[3], hand[4], fast_ms)
+  -- release() and grant() merged: the hold is freed first (ZREM and HDEL: a script's first
+  -- write may not allocate under noeviction; after it, none is refused), then the owner's
+  -- tombstone and the head's hold are written with one ZADD and one HSET, and both keys'
+  -- TTLs raised once to the longer of the tombstone's keep and the head's lease
+  local lease = hand[3]
+  local keep = math.max(tonumber(ARGV[4]), TOMB_MS)
+  local tomb = 'r:' .. hand[4]
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  redis.call('HDEL', KEYS[3], ARGV[3])
+  local f = next_fence(KEYS[4], fast_us)
+  redis.call('ZADD', KEYS[2], fmt(TOMB_BASE + fast_ms + keep), tomb,
+             fmt(fast_ms + lease), qfirst)
+  redis.call('HSET', KEYS[3], tomb, ARGV[3], qfirst, fmt(hand[2]) .. ' ' .. hand[1] .. ' ' .. f)
+  local ttl = math.max(keep, lease)
+  extend_lazily(KEYS[2], ttl)
+  extend_lazily(KEYS[3], ttl)
   q_drop(KEYS[5], KEYS[6], qfirst)
-  local f = grant(hand[1], qfirst, hand[2], hand[3], fast_ms, fast_us)
   wake(ARGV[5], KEYS[1], qfirst, qfirst .. ' ' .. f)
   return 1
 end
