@@ -78,11 +78,9 @@ local function refresh_size()
   end
 end
 
--- Earliest lease expiry among live holders (for the busy reply's retry time).
+-- Earliest lease expiry among live holders (for the busy reply's retry time), lowered by
+-- grant() and count_taken() (inline: a closure costs every call that makes it).
 local earliest = nil
-local function saw_expiry(ms)
-  if not earliest or ms < earliest then earliest = ms end
-end
 
 -- The TTL (ms) that holders and hinfo are known to have at least since a release of this
 -- call extended them, both keys keeping a member (its tombstone) since; 0: not known. Any
@@ -97,7 +95,8 @@ local function grant(tok, acq, n, lease, now_ms, now_us)
     extend_lazily(KEYS[2], lease)
     extend_lazily(KEYS[3], lease)
   end
-  saw_expiry(now_ms + lease)
+  local e = now_ms + lease
+  if not earliest or e < earliest then earliest = e end
   return f
 end
 
@@ -247,8 +246,9 @@ end
 
 if busy_exp then
   -- (busy_exp above) every key is read by now but the queue info, whose HSET in q_add is the
-  -- first write and fails on another type before it writes; the size record's daily TTL
-  -- refresh (a write) comes after it
+  -- first write and fails on another type before it writes. The size record's TTL is not
+  -- refreshed here: a semaphore in use has it refreshed at least daily without this call
+  -- (the early handover below, on the day's first grant)
   local seen = redis.call('GET', KEYS[4]) or '0' -- stale wake-ups carry no more (lib/wait.c)
   local retry = busy_exp - fast_ms
   if retry < 1 then retry = 1 end
@@ -259,7 +259,6 @@ if busy_exp then
               redis.sha1hex(ARGV[2]) .. ' ' .. ARGV[9], tonumber(ARGV[7]), ql, fast_ms, nil,
               fast_qlast)
   end
-  refresh_size()
   if e then return e end
   return {0, retry, ARGV[6] == 'q' and 1 or 0, seen}
 end
@@ -267,9 +266,11 @@ end
 if hand then
   -- (hand above) every key but the fencing counter is read by now: TYPE it before the
   -- first write. Then what the full path does (release, serve), without its re-read of the
-  -- holds after the release, and without the size record's daily TTL refresh: the released
-  -- hold's acq or last renewal refreshed it less than a lease (at most a day) ago, and the
-  -- head's first renewal refreshes it again, as after an uncontended release.
+  -- holds after the release, and with the size record's TTL refresh only on the day's first
+  -- grant (next_fence's second value). So a semaphore in use has it refreshed at least once a
+  -- day of its 7: every other grant (fast or full acq, serve), every renewal and every full
+  -- path refresh it; and a day without any grant is a day in which the holds that keep the
+  -- waiters queued were renewed, leases being at most a day.
   local ft = redis.call('TYPE', KEYS[4]).ok
   if ft ~= 'none' and ft ~= 'string' then
     return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore',
@@ -284,7 +285,7 @@ if hand then
   local tomb = 'r:' .. hand[4]
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('HDEL', KEYS[3], ARGV[3])
-  local f = next_fence(KEYS[4], fast_us)
+  local f, day = next_fence(KEYS[4], fast_us)
   redis.call('ZADD', KEYS[2], fmt(TOMB_BASE + fast_ms + keep), tomb,
              fmt(fast_ms + lease), qfirst)
   redis.call('HSET', KEYS[3], tomb, ARGV[3], qfirst, fmt(hand[2]) .. ' ' .. hand[1] .. ' ' .. f)
@@ -293,6 +294,7 @@ if hand then
   extend_lazily(KEYS[3], ttl)
   q_drop(KEYS[5], KEYS[6], qfirst)
   wake(ARGV[5], KEYS[1], qfirst, qfirst .. ' ' .. f)
+  if day then refresh_size() end
   return 1
 end
 
@@ -386,7 +388,7 @@ local function count_taken(now_ms, h)
       redis.call('ZREM', KEYS[2], l[1]) -- no record: an orphan, drop it
     elseif n > 0 then
       taken = taken + n
-      saw_expiry(l[2])
+      if not earliest or l[2] < earliest then earliest = l[2] end
     end
   end
   return taken
