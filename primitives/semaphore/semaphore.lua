@@ -128,12 +128,18 @@ end
 -- primitive"). Their reads check the type of every key they write before the first write;
 -- anything else falls through to the full paths, which purge, check every key and serve.
 -- What they read is kept for the full path: the size record's 's' (fast_size; false: absent),
--- the queue's first id (qfirst; false: the queue is empty), the clock, and a release's hold
--- record (fast_rec) and score (fast_exp).
+-- the queue's first id (qfirst; false: the queue is empty; an acq reads the tail instead,
+-- fast_qlast, and knows the head only when the queue is empty), the owner token's SHA1
+-- (fast_th), the clock, and a release's hold record (fast_rec), score (fast_exp) and the
+-- head's entry (fast_qinfo).
 -- An acq that finds others queued reads the holds too: if every permit is taken by live
 -- holds, with nothing to purge and no hold of its own, it cannot be served (the queue comes
 -- first, and nobody fits) and is answered busy and queued right after the common helpers
 -- (busy_exp: the earliest live hold's lease end), before the full path's are made.
+-- A rel that finds others queued reads the holds, the size and the head's entry: if the head
+-- is live and fits, no permit is left after it and nothing is due for a purge, it hands over
+-- right after the common helpers too (hand: the head's token hash, permits, lease, and the
+-- releasing owner's token hash).
 local FAST_MAX = 64 -- more holds (or tombstones due) than this: the full path
 local fast_size, qfirst, fast_ms, fast_us, fast_rec, fast_exp, busy_exp
 local fast_th, fast_qinfo, fast_qlast, hand
