@@ -65,11 +65,12 @@ end
 -- (Redlock: the same on every master, mutex.lua). Without it the place is the tail's
 -- arrival number + 1, so the members' numbers are distinct integers from 1 to the tail's:
 -- a tail below maxw proves the queue is not full without counting it (ZCARD only from
--- maxw arrivals on since the queue was last empty).
-local function q_add(q, qi, id, info, maxw, qlease, now_ms, score)
+-- maxw arrivals on since the queue was last empty). last: what ZRANGE q -1 -1 WITHSCORES
+-- has returned in this call, if the caller has read it (nothing written since), else nil.
+local function q_add(q, qi, id, info, maxw, qlease, now_ms, score, last)
   local n, created
   if not score then
-    local last = redis.call('ZRANGE', q, '-1', '-1', 'WITHSCORES')
+    last = last or redis.call('ZRANGE', q, '-1', '-1', 'WITHSCORES')
     local t = tonumber(last[2]) or 0
     score, created = t + 1, last[1] == nil
     n = t < maxw and t or redis.call('ZCARD', q)

@@ -41,7 +41,9 @@ end
 -- the clock or of another day. SET ... GET on a key of another type fails without writing,
 -- so it checks the counter's type like a read before the first write. Redis before 6.2 has
 -- no SET ... GET (a syntax error, nothing written): there, and on a key of another type, the
--- GET of before runs first (and fails on a key of another type, as it did).
+-- GET of before runs first (and fails on a key of another type, as it did). A second value,
+-- true, says the TTL was set again (the day's first grant, or the counter absent, not a
+-- number or ahead of the clock): a caller may tie a daily refresh of its own to it.
 local DAY_US = 86400000000
 local function next_fence(fkey, now_us)
   local s = fmt(now_us)
@@ -60,7 +62,7 @@ local function next_fence(fkey, now_us)
   if f < now_us then f = now_us end
   s = fmt(f)
   redis.call('SET', fkey, s, 'PX', FENCE_TTL)
-  return s
+  return s, true
 end
 
 -- The id of the mutex's last released acquisition, from the HMGET o a r of its hash: a held

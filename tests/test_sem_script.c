@@ -289,6 +289,42 @@ Test(sem, script_fast_paths)
     ts_server_stop(&s);
 }
 
+/* The size record's 7-day TTL while every acquisition queues and every release hands over
+ * (no call of the kind that refreshes it each time): the handover that makes the day's first
+ * grant refreshes it (semaphore.lua, "hand"). The day is the fencing counter's: set to a token
+ * of the day before, the next grant is that day's first. */
+Test(sem, script_handover_refreshes_size_daily)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    redisContext *k = ts_connect(&s);
+    cr_assert_not_null(k);
+    char f[32];
+    cr_assert_eq(ts_cmd_int(&s, "HSET rs:{fd}:sem s 1"), 1);
+    cr_assert_eq(sx_acq(k, "fd", "acq", "tokA", "pa:1", "q", "1", f, sizeof f, NULL), 1);
+    cr_assert_eq(sx_acq(k, "fd", "acq", "tokB", "pb:1", "q", "1", f, sizeof f, NULL), 0);
+    cr_assert_eq(sx_acq(k, "fd", "acq", "tokC", "pc:1", "q", "1", f, sizeof f, NULL), 0);
+    /* five of its seven days gone; the last grant made the day before */
+    cr_assert_eq(ts_cmd_int(&s, "PEXPIRE rs:{fd}:sem 432000000"), 1);
+    redisReply *r = redisCommand(k, "TIME");
+    cr_assert(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+    long long now_us = atoll(r->element[0]->str) * 1000000LL + atoll(r->element[1]->str);
+    freeReplyObject(r);
+    r = redisCommand(k, "SET rs:{fd}:sem:fence %lld KEEPTTL", now_us - 86400000000LL);
+    cr_assert(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    cr_expect_eq(sx_int(k, "fd", "rel", "tokA", "pa:1", NULL), 1);
+    cr_expect(holder_is(&s, "fd", "pb:1", 1), "handed over to the queue's head");
+    cr_expect_gt(ts_cmd_int(&s, "PTTL rs:{fd}:sem"), 518400000LL,
+                 "the day's first grant refreshed the size record's TTL");
+    /* the next handover of the same day: still a grant to the head */
+    cr_expect_eq(sx_int(k, "fd", "rel", "tokB", "pb:1", NULL), 1);
+    cr_expect(holder_is(&s, "fd", "pc:1", 1), "handed over to the next head");
+    cr_expect_gt(ts_cmd_int(&s, "PTTL rs:{fd}:sem"), 0);
+    redisFree(k);
+    ts_server_stop(&s);
+}
+
 /* A foreign key of another type: RS_ESERVER with the server's text, nothing written. */
 Test(sem, wrongtype_through_the_api)
 {

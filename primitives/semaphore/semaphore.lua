@@ -78,11 +78,9 @@ local function refresh_size()
   end
 end
 
--- Earliest lease expiry among live holders (for the busy reply's retry time).
+-- Earliest lease expiry among live holders (for the busy reply's retry time), lowered by
+-- grant() and count_taken() (inline: a closure costs every call that makes it).
 local earliest = nil
-local function saw_expiry(ms)
-  if not earliest or ms < earliest then earliest = ms end
-end
 
 -- The TTL (ms) that holders and hinfo are known to have at least since a release of this
 -- call extended them, both keys keeping a member (its tombstone) since; 0: not known. Any
@@ -97,7 +95,8 @@ local function grant(tok, acq, n, lease, now_ms, now_us)
     extend_lazily(KEYS[2], lease)
     extend_lazily(KEYS[3], lease)
   end
-  saw_expiry(now_ms + lease)
+  local e = now_ms + lease
+  if not earliest or e < earliest then earliest = e end
   return f
 end
 
@@ -123,35 +122,38 @@ local function release(acq, t, now_ms)
   end
 end
 
--- Whether acq is the id the owner tokhash released last, its tombstone still live.
-local function released_last(acq, tokhash, now_ms)
-  local tomb = 'r:' .. tokhash
-  return redis.call('HGET', KEYS[3], tomb) == acq and
-         (tonumber(redis.call('ZSCORE', KEYS[2], tomb)) or 0) > TOMB_BASE + now_ms
-end
-
 -- The uncontended acquire and release, first and in as few calls as possible: nobody queued,
 -- nothing lapsed to purge, enough permits free (or, for a release, nobody to serve). They
 -- return before the helpers below are defined (docs/performance.md, "Uncontended cost per
 -- primitive"). Their reads check the type of every key they write before the first write;
 -- anything else falls through to the full paths, which purge, check every key and serve.
 -- What they read is kept for the full path: the size record's 's' (fast_size; false: absent),
--- the queue's first id (qfirst; false: the queue is empty), the clock, and a release's hold
--- record (fast_rec) and score (fast_exp).
+-- the queue's first id (qfirst; false: the queue is empty; an acq reads the tail instead,
+-- fast_qlast, and knows the head only when the queue is empty), the owner token's SHA1
+-- (fast_th), the clock, and a release's hold record (fast_rec), score (fast_exp) and the
+-- head's entry (fast_qinfo).
 -- An acq that finds others queued reads the holds too: if every permit is taken by live
 -- holds, with nothing to purge and no hold of its own, it cannot be served (the queue comes
 -- first, and nobody fits) and is answered busy and queued right after the common helpers
 -- (busy_exp: the earliest live hold's lease end), before the full path's are made.
+-- A rel that finds others queued reads the holds, the size and the head's entry: if the head
+-- is live and fits, no permit is left after it and nothing is due for a purge, it hands over
+-- right after the common helpers too (hand: the head's token hash, permits, lease, and the
+-- releasing owner's token hash).
 local FAST_MAX = 64 -- more holds (or tombstones due) than this: the full path
 local fast_size, qfirst, fast_ms, fast_us, fast_rec, fast_exp, busy_exp
+local fast_th, fast_qinfo, fast_qlast, hand
 if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
   local n = tonumber(ARGV[9])
   fast_size = redis.call('HGET', KEYS[1], 's')
   local size = tonumber(fast_size)
   if size and n and n >= 1 and n <= size then
-    qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
+    -- the queue's tail (q_add's read, passed on): only whether the queue is empty is needed
+    -- here, and a busy answer queues behind it
+    fast_qlast = redis.call('ZRANGE', KEYS[5], '-1', '-1', 'WITHSCORES')
+    if not fast_qlast[1] then qfirst = false end
   end
-  if qfirst ~= nil then
+  if fast_qlast then
     fast_ms, fast_us = clock()
     local now_ms, now_us = fast_ms, fast_us
     -- the holds (scores below TOMB_BASE) and, after them, the tombstones due, in one read
@@ -177,7 +179,7 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
       if c and c > 0 and (not first_end or ends[i] < first_end) then first_end = ends[i] end
     end
     -- info[1]: this id holds already (a retry): the full path answers it
-    if qfirst and ok and not info[1] and #gone == 0 and taken >= size and first_end then
+    if fast_qlast[1] and ok and not info[1] and #gone == 0 and taken >= size and first_end then
       busy_exp = first_end
     elseif qfirst == false and ok and not info[1] and taken + n <= size then
       -- grant() writes first: its GET has checked the fencing counter's type
@@ -193,15 +195,54 @@ if op == 'acq' and (ARGV[6] == 'q' or ARGV[6] == 't') then
 elseif op == 'rel' then
   fast_rec = redis.call('HGET', KEYS[3], ARGV[3])
   local c, t = parse_holder(fast_rec)
-  if c and c >= 1 and t == redis.sha1hex(ARGV[2]) then
+  if c and c >= 1 then fast_th = redis.sha1hex(ARGV[2]) end
+  if c and c >= 1 and t == fast_th then
     fast_ms, fast_us = clock()
     local now_ms = fast_ms
-    fast_exp = redis.call('ZSCORE', KEYS[2], ARGV[3])
-    if (tonumber(fast_exp) or 0) > now_ms then
-      qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
-      if not qfirst then
+    qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false
+    if not qfirst then
+      fast_exp = redis.call('ZSCORE', KEYS[2], ARGV[3])
+      if (tonumber(fast_exp) or 0) > now_ms then
         release(ARGV[3], t, now_ms)
         return 1
+      end
+    else
+      -- a handover: the holds and the tombstones due in one read, which gives this hold's
+      -- expiry too (the full path's, if it is not in a complete list: it reads it again)
+      local all = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', fmt(TOMB_BASE + now_ms),
+                             'WITHSCORES', 'LIMIT', 0, FAST_MAX + 1)
+      local others, ok = {}, #all < 2 * (FAST_MAX + 1)
+      for i = 1, #all, 2 do
+        local score = tonumber(all[i + 1])
+        if all[i] == ARGV[3] then
+          if ok then fast_exp = all[i + 1] end
+        elseif score <= now_ms or score >= TOMB_BASE then
+          ok = false -- a lapsed hold or a tombstone due: the full path purges
+        else
+          others[#others + 1] = all[i]
+        end
+      end
+      ok = ok and (tonumber(fast_exp) or 0) > now_ms and qfirst ~= ARGV[3]
+      if ok then
+        fast_size = redis.call('HGET', KEYS[1], 's')
+        fast_qinfo = redis.call('HGET', KEYS[6], qfirst)
+        local size = tonumber(fast_size)
+        local qexp, lease, tok, n = string.match(fast_qinfo or '',
+                                                 '^(%d+) (%d+) (%x+) (%d+)$')
+        n = tonumber(n)
+        ok = size and n and n >= 1 and n <= size and tonumber(qexp) > now_ms
+        local taken = 0
+        if ok and #others > 0 then
+          local info = redis.call('HMGET', KEYS[3], unpack(others))
+          for i = 1, #info do
+            local oc = parse_holder(info[i])
+            if not oc then ok = false else taken = taken + oc end -- orphan: the full path
+          end
+        end
+        -- the head fits, and serve() would stop right after it (no permit left)
+        if ok and taken + n == size then
+          hand = {tok, n, tonumber(lease), t}
+        end
       end
     end
   end
@@ -211,8 +252,9 @@ end
 
 if busy_exp then
   -- (busy_exp above) every key is read by now but the queue info, whose HSET in q_add is the
-  -- first write and fails on another type before it writes; the size record's daily TTL
-  -- refresh (a write) comes after it
+  -- first write and fails on another type before it writes. The size record's TTL is not
+  -- refreshed here: a semaphore in use has it refreshed at least daily without this call
+  -- (the early handover below, on the day's first grant)
   local seen = redis.call('GET', KEYS[4]) or '0' -- stale wake-ups carry no more (lib/wait.c)
   local retry = busy_exp - fast_ms
   if retry < 1 then retry = 1 end
@@ -220,11 +262,46 @@ if busy_exp then
   if ARGV[6] == 'q' then
     local ql = tonumber(ARGV[8])
     e = q_add(KEYS[5], KEYS[6], ARGV[3], fmt(fast_ms + ql) .. ' ' .. ARGV[4] .. ' ' ..
-              redis.sha1hex(ARGV[2]) .. ' ' .. ARGV[9], tonumber(ARGV[7]), ql, fast_ms)
+              redis.sha1hex(ARGV[2]) .. ' ' .. ARGV[9], tonumber(ARGV[7]), ql, fast_ms, nil,
+              fast_qlast)
   end
-  refresh_size()
   if e then return e end
   return {0, retry, ARGV[6] == 'q' and 1 or 0, seen}
+end
+
+if hand then
+  -- (hand above) every key but the fencing counter is read by now: TYPE it before the
+  -- first write. Then what the full path does (release, serve), without its re-read of the
+  -- holds after the release, and with the size record's TTL refresh only on the day's first
+  -- grant (next_fence's second value). So a semaphore in use has it refreshed at least once a
+  -- day of its 7: every other grant (fast or full acq, serve), every renewal and every full
+  -- path refresh it; and a day without any grant is a day in which the holds that keep the
+  -- waiters queued were renewed, leases being at most a day.
+  local ft = redis.call('TYPE', KEYS[4]).ok
+  if ft ~= 'none' and ft ~= 'string' then
+    return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore',
+                      {true, true, true, false, true, true})
+  end
+  -- release() and grant() merged: the hold is freed first (ZREM and HDEL: a script's first
+  -- write may not allocate under noeviction; after it, none is refused), then the owner's
+  -- tombstone and the head's hold are written with one ZADD and one HSET, and both keys'
+  -- TTLs raised once to the longer of the tombstone's keep and the head's lease
+  local lease = hand[3]
+  local keep = math.max(tonumber(ARGV[4]), TOMB_MS)
+  local tomb = 'r:' .. hand[4]
+  redis.call('ZREM', KEYS[2], ARGV[3])
+  redis.call('HDEL', KEYS[3], ARGV[3])
+  local f, day = next_fence(KEYS[4], fast_us)
+  redis.call('ZADD', KEYS[2], fmt(TOMB_BASE + fast_ms + keep), tomb,
+             fmt(fast_ms + lease), qfirst)
+  redis.call('HSET', KEYS[3], tomb, ARGV[3], qfirst, fmt(hand[2]) .. ' ' .. hand[1] .. ' ' .. f)
+  local ttl = math.max(keep, lease)
+  extend_lazily(KEYS[2], ttl)
+  extend_lazily(KEYS[3], ttl)
+  q_drop(KEYS[5], KEYS[6], qfirst)
+  wake(ARGV[5], KEYS[1], qfirst, qfirst .. ' ' .. f)
+  if day then refresh_size() end
+  return 1
 end
 
 -- The keys this call has read with a command of their type (so checked): the type checks
@@ -235,6 +312,13 @@ local function check_types()
   return wrong_type({'hash', 'zset', 'hash', 'string', 'zset', 'hash'}, 'semaphore', typed)
 end
 
+
+-- Whether acq is the id the owner tokhash released last, its tombstone still live.
+local function released_last(acq, tokhash, now_ms)
+  local tomb = 'r:' .. tokhash
+  return redis.call('HGET', KEYS[3], tomb) == acq and
+         (tonumber(redis.call('ZSCORE', KEYS[2], tomb)) or 0) > TOMB_BASE + now_ms
+end
 
 -- The size, creating the record with the handle's initial size when it is absent (it expired
 -- after a long disuse, or was never created). nil when absent and the handle only attaches.
@@ -310,7 +394,7 @@ local function count_taken(now_ms, h)
       redis.call('ZREM', KEYS[2], l[1]) -- no record: an orphan, drop it
     elseif n > 0 then
       taken = taken + n
-      saw_expiry(l[2])
+      if not earliest or l[2] < earliest then earliest = l[2] end
     end
   end
   return taken
@@ -338,7 +422,7 @@ end
 
 -- The queue's first entry as last read: qfirst (false: empty; nil: not known) and its info
 -- (qinfo, or nil), forgotten at every write of the queue.
-local qinfo
+local qinfo = fast_qinfo
 
 local function drop(acq)
   qfirst, qinfo = nil, nil
@@ -359,7 +443,7 @@ local function read_size_and_head()
   typed[1] = true
   if qfirst == nil then qfirst = redis.call('ZRANGE', KEYS[5], '0', '0')[1] or false end
   typed[5] = true
-  if qfirst then
+  if qfirst and not qinfo then
     qinfo = redis.call('HGET', KEYS[6], qfirst)
     typed[6] = true
   end
@@ -410,7 +494,7 @@ local function enqueue(tokhash, now_ms)
                tonumber(ARGV[8]), now_ms)
 end
 
-local tokhash = redis.sha1hex(ARGV[2])
+local tokhash = fast_th or redis.sha1hex(ARGV[2])
 
 -- The watchdog's operations come first: they run every lease/3 for every hold and waiter.
 if op == 'renew' then
