@@ -68,14 +68,8 @@ static void build(rs_request_t *rq, int op, int undo, unsigned attempt, rl_cmd_t
         const char *name = op == OP_ACQ ? "acq" : op == OP_CANCEL ? "cancel" : "rel";
         const char *mode = undo ? "u" : op == OP_ACQ && !rq->try_only ? "q" : "t";
         rs__call_argv(&b->k, name, mode, &b->args);
-        if (b->k.nextra == 0 && (acquiring(op) || undo)) {
-            if (acquiring(op)) /* ARGV[9]: the ticket */
-                rs__argv_fmt(&b->args, "%llu", (unsigned long long)rl->ticket);
-            else
-                rs__argv_ref(&b->args, "", 0);
-            rs__argv_ref(&b->args, "", 0);             /* ARGV[10] */
-            rs__argv_fmt(&b->args, "%u", attempt);      /* ARGV[11] */
-        }
+        if (b->k.nextra == 0 && (acquiring(op) || undo))
+            rs__rl_argv_tail(&b->args, acquiring(op) ? rl->ticket : 0, attempt);
         b->s = rq->h->script;
         nkeys = rq->h->nkeys;
     }

@@ -535,6 +535,9 @@ long rs__rl_busy_wait(const rs_rl_votes_t *v, long lease_ms, uint64_t *seen, lon
 long rs__rl_backoff_ms(long lease_ms);
 /* A round's budget on all masters: lease/5 within 50..500 ms, at most timeout_ms. */
 long rs__rl_round_ms(const rs_client_t *c, long lease_ms);
+/* Appends ARGV[9..11] of a Redlock call of the mutex script to v: the waiter's ticket (0: none,
+ * for an undo), no fence floor, the attempt's number (mutex.lua's header). */
+void rs__rl_argv_tail(rs_argv_t *v, uint64_t ticket, unsigned attempt);
 /* Whether a release's (or renewal's) answers t say that hold lease l was lost. */
 int rs__rl_denied(rs_client_t *c, rs_lease_t *l, const rs_rl_tally_t *t);
 /* One line at RS_LOG_DEBUG per acquiring round: what each master answered (G granted, b

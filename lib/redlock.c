@@ -46,11 +46,6 @@ static int popcount(unsigned m)
     return __builtin_popcount(m);
 }
 
-static long round_ms(const rs_client_t *c, long lease_ms)
-{
-    return rs__rl_round_ms(c, lease_ms);
-}
-
 struct dial_wd {
     rs_client_t *c;
     long io_ms;
@@ -89,7 +84,7 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
      * sent the call twice (rs__rl_round_keep) */
     rs_conn_t *keep[RS_SEEDS_MAX] = {0};
     for (;;) {
-        long budget = round_ms(c, lease_ms), left = rs__rl_ms_left(end);
+        long budget = rs__rl_round_ms(c, lease_ms), left = rs__rl_ms_left(end);
         rs__rl_round_keep(c, s, nkeys, args, rs__rl_all_mask(c),
                           budget < left ? budget : (left > 0 ? left : 1), rep, keep);
         int answered = 0;
@@ -159,12 +154,11 @@ static void release_on(rs_call_t *k, unsigned mask, int leaving)
     if (k->nextra == 0 && !leaving) {
         /* of this attempt only: sent on a connection that may be dropped before it arrives,
          * it must not free a later attempt's grant (mutex.lua, ARGV[11]) */
-        rs__argv_ref(&v, "", 0);
-        rs__argv_ref(&v, "", 0);
-        rs__argv_fmt(&v, "%u", k->rl_attempt);
+        rs__rl_argv_tail(&v, 0, k->rl_attempt);
     }
     redisReply *rep[RS_SEEDS_MAX] = {0};
-    rs__rl_round(c, k->h->script, k->h->nkeys, &v, mask, round_ms(c, atol(k->lease)), rep);
+    rs__rl_round(c, k->h->script, k->h->nkeys, &v, mask, rs__rl_round_ms(c, atol(k->lease)),
+                 rep);
     for (int i = 0; i < c->ep.nseeds; i++)
         if (rep[i])
             freeReplyObject(rep[i]);
@@ -190,14 +184,11 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         rs_argv_t v;
         rs__call_argv(k, op, mode, &v);
         k->rl_attempt++;
-        if (k->nextra == 0) {
-            rs__argv_fmt(&v, "%llu", (unsigned long long)k->rl_ticket); /* ARGV[9] */
-            rs__argv_ref(&v, "", 0);                                   /* ARGV[10] */
-            rs__argv_fmt(&v, "%u", k->rl_attempt);                     /* ARGV[11] */
-        }
+        if (k->nextra == 0)
+            rs__rl_argv_tail(&v, k->rl_ticket, k->rl_attempt);
         redisReply *rep[RS_SEEDS_MAX] = {0};
         out->sent_ns = rs__now_ns();
-        long left = rs__rl_ms_left(end), budget = round_ms(c, lease);
+        long left = rs__rl_ms_left(end), budget = rs__rl_round_ms(c, lease);
         rs__rl_round(c, k->h->script, k->h->nkeys, &v, rs__rl_all_mask(c),
                  budget < left ? budget : (left > 0 ? left : 1), rep);
         rs_rl_votes_t vt;

@@ -25,6 +25,16 @@ long rs__rl_round_ms(const rs_client_t *c, long lease_ms)
     return ms < c->timeout_ms ? ms : c->timeout_ms;
 }
 
+void rs__rl_argv_tail(rs_argv_t *v, uint64_t ticket, unsigned attempt)
+{
+    if (ticket)
+        rs__argv_fmt(v, "%llu", (unsigned long long)ticket); /* ARGV[9] */
+    else
+        rs__argv_ref(v, "", 0);
+    rs__argv_ref(v, "", 0);         /* ARGV[10] */
+    rs__argv_fmt(v, "%u", attempt); /* ARGV[11] */
+}
+
 long rs__rl_backoff_ms(long lease_ms)
 {
     static _Thread_local uint64_t s;
