@@ -13,7 +13,9 @@
 #                         (net-flap); on three Redlock masters, one worker cut from one master
 #                         for 1.5-2.5 leases (net-rl-part); the delay and loss of
 #                         net-slow-lossy on every master (net-rl-slowloss: 0 false loss
-#                         reports and no starved waiter required);
+#                         reports and no starved waiter required: under Redlock a lock
+#                         call past the 15 s bound fails the run only if later callers
+#                         overtook it or its name went 7 s without a grant, check_waits);
 #                         split brain (net_split.c): a Sentinel master (2 replicas, 3
 #                         sentinels) or a Cluster shard's master (3 masters + 3 replicas, or
 #                         + 6: two per shard) with workers w0-w2 cut from everything else for

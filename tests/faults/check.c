@@ -23,7 +23,8 @@
  *       a restart without persistence got RS_ELOST (or, if its unlock could not reach Redis,
  *       at least on_lost); a worker that exited cleanly saw as many on_lost calls as RS_ELOST
  *   I7  sockets to the data server left after rs_client_close (keys: main.c, scan_ttls)
- *   live, api: recorded by the workers themselves (lists "live" and "api")
+ *   live, api: recorded by the workers themselves (lists "live" and "api"); under Redlock,
+ *       a lock call that timed out is judged here against the name's sections (check_waits)
  * Sections whose unlock returned RS_ELOST (or RS_ECONN) are excused from I1 and I3: the
  * library told their holders that exclusion may have been broken. They are counted.
  */
@@ -38,7 +39,7 @@ typedef struct sec {
     int slot, gen;
     char name[16];
     uint64_t fence;
-    int64_t t_acq, t_rel;
+    int64_t t_req, t_acq, t_rel;
     int rc, rd, wr;
     unsigned permits;
     char mode;
@@ -423,6 +424,57 @@ void check_barrier_record(int data_port, const scenario_t *sc, result_t *r)
     redisFree(d);
 }
 
+/* Lock calls that timed out after LOCK_BOUND_MS under Redlock (worker.c, list "lwait":
+ * "SLOT GEN NAME T_REQ T_END"). There a handoff may take up to a lease without any fault of
+ * the library: a release that is late on one master (a lost segment, TCP's retransmission
+ * back-off) leaves the lock held there until its lease ends, so seven waiters queued on a
+ * name can wait longer than the bound in ticket order. Such a wait is a liveness failure
+ * when it was overtaken (more than once: a lapsed reservation may let one later waiter
+ * through; docs/deployments.md, "Waiting under Redlock") or when the name went longer than
+ * a hold's release round, a lease and a round (lease + 2 timeout_ms) without a grant. */
+static void check_waits(redisContext *ck, const scenario_t *sc, result_t *r, const sec_t *s,
+                        size_t n)
+{
+    redisReply *x = lrange(ck, "lwait");
+    int64_t *g = calloc(n + 2, sizeof *g);
+    for (size_t i = 0; i < x->elements; i++) {
+        int slot, gen;
+        char name[16];
+        long long t_req, t_end;
+        if (sscanf(x->element[i]->str, "%d %d %15s %lld %lld", &slot, &gen, name, &t_req,
+                   &t_end) != 5) {
+            fprintf(stderr, "faults: bad wait record \"%s\"\n", x->element[i]->str);
+            exit(3);
+        }
+        int over = 0;
+        size_t m = 0;
+        g[m++] = t_req;
+        for (size_t k = 0; k < n; k++) {
+            if (strcmp(s[k].name, name) != 0 || s[k].t_acq <= t_req || s[k].t_acq >= t_end)
+                continue;
+            g[m++] = s[k].t_acq;
+            over += s[k].t_req > t_req;
+        }
+        g[m++] = t_end;
+        qsort(g, m, sizeof *g, cmp_i64);
+        int64_t gap = 0;
+        for (size_t k = 1; k < m; k++)
+            if (g[k] - g[k - 1] > gap)
+                gap = g[k] - g[k - 1];
+        char what[200];
+        snprintf(what, sizeof what, "w%d gen %d: lock %s waited %lld ms without getting it: %zu "
+                 "grant(s) of it to others meanwhile, %d to later callers, longest without a "
+                 "grant %lld ms", slot, gen, name, (t_end - t_req) / 1000, m - 2, over,
+                 (long long)gap / 1000);
+        if (over > 1 || gap / 1000 > sc->lease_ms + 2 * sc->timeout_ms)
+            viol(r, V_LIVE, "%s", what);
+        else
+            printf("    (queued, not starved: %s)\n", what);
+    }
+    free(g);
+    freeReplyObject(x);
+}
+
 void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
                     const restart_win_t *restarts, int nrestarts, int verbose)
 {
@@ -493,7 +545,7 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
             fprintf(stderr, "faults: bad section record \"%s\"\n", list->element[i]->str);
             exit(3);
         }
-        s[i].fence = f, s[i].t_acq = a, s[i].t_rel = b;
+        s[i].fence = f, s[i].t_req = req, s[i].t_acq = a, s[i].t_rel = b;
         if (r->waits)
             r->waits[r->nwaits++] = a - req; /* the lock call until its grant */
         p[i] = &s[i];
@@ -502,6 +554,7 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
     }
     freeReplyObject(list);
     r->sections = (long)n;
+    check_waits(ck, sc, r, s, n);
     if (r->waits)
         qsort(r->waits, (size_t)r->nwaits, sizeof *r->waits, cmp_i64);
     char d1[256], d2[256];

@@ -12,7 +12,8 @@
 #include "faults.h"
 #include "redisync.h"
 
-#define LOCK_BOUND_MS 15000  /* a waiter stuck this long is a liveness failure */
+#define LOCK_BOUND_MS 15000  /* a waiter stuck this long is a liveness failure (Redlock:
+                                check.c, check_waits) */
 #define LATCH_BOUND_MS 15000
 #define MAX_NAMES 8
 #define SYNC_BOUND_MS 15000 /* once, barrier: a waiter stuck this long is a liveness failure */
