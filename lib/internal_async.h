@@ -113,6 +113,9 @@ struct rs_request {
     int rc;         /* under as->mu, as are the next four */
     atomic_int cancel;
     rs_hold_t *hold;
+    char *err; /* the message behind a nonzero rc (malloc'd at completion, under as->mu once
+                  published, freed with the request; NULL: a static text); before that,
+                  RQ_ACQ's undo_rc's (rs__aq_note) */
     struct rs_request *next;  /* submit list, then completion list */
     struct rs_request *wnext; /* woken list */
     struct rs_request *cnext; /* cancel list */
@@ -146,6 +149,8 @@ typedef struct rs_arl {
                                that answered */
     int got;                /* replies this round */
     int err;                /* rel: an error a master answered with */
+    char *err_text;         /* the message of err, or of v.err (this round's): malloc'd when
+                               it came (NULL: none or no memory) */
     unsigned char cont;     /* rel: the next send goes to the masters not tried yet */
     unsigned char owed[RS_SEEDS_MAX]; /* replies master i still owes this request (this
                                          round's and earlier rounds' late ones) */
@@ -190,6 +195,7 @@ typedef struct rs_async {
                                   send, 50 ms on when a request found no connection */
     uint64_t drain_end_ns;
     int draining;
+    char dial_err[200];        /* the last failed dial's message (named by RS_ECONN's) */
 } rs_async_t;
 
 void rs__aq_poke(int fd);
@@ -202,13 +208,25 @@ void rs__aq_list_append(rs_request_t **head, rs_request_t **tail, rs_request_t *
 void rs__aq_live_add(rs_async_t *as, rs_request_t *rq);
 void rs__aq_live_del(rs_async_t *as, rs_request_t *rq);
 void rs__aq_drop_queue_lease(rs_client_t *c, rs_request_t *rq);
-/* Frees rq: drops its lease's reference (the block goes with the last one). */
-static inline void rs__aq_free(rs_request_t *rq)
-{
-    rs__lease_unref(&rq->ql);
-}
-/* Ends rq on the I/O thread; published at the end of the pass. */
+/* Frees rq: its messages, and its lease's reference (the block goes with the last one). */
+void rs__aq_free(rs_request_t *rq);
+/* Ends rq on the I/O thread; published at the end of the pass. A nonzero rc's message (what
+ * rs_client_lasterror says inside done) is rq->err if noted (rs__aq_note), else this
+ * thread's message if the handling of rq's event set one, else rs__aq_why's; the thread's
+ * message is cleared after it (each event of the I/O thread starts with none). */
 void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold);
+/* Sets this thread's message to the default explanation of rc for rq (ETIMEDOUT: the
+ * deadline passed; ECANCELED: rs_request_cancel or rs_client_close; EBUSY/EAGAIN: one
+ * attempt found it busy; RS_ELOST...), naming rq's primitive (rq->h still counted): rc. */
+int rs__aq_why(rs_async_t *as, rs_request_t *rq, int rc);
+/* What a deadline or a cancel ends rq with (ECANCELED if cancelled or closing, else
+ * ETIMEDOUT), its message set. */
+int rs__aq_stop_rc(rs_async_t *as, rs_request_t *rq);
+/* Keeps this thread's message in rq->err for an outcome decided now and delivered later (a
+ * grant given back: undo_rc). */
+void rs__aq_note(rs_request_t *rq);
+/* What a given-back grant ends with: undo_rc with its noted message, or ECANCELED. */
+int rs__aq_undone(rs_async_t *as, rs_request_t *rq);
 void rs__aq_finish_hold(rs_async_t *as, rs_request_t *rq, int rc); /* a release ended */
 void rs__aq_fail(rs_async_t *as, rs_request_t *rq, int rc);
 void rs__aq_want_send(rs_async_t *as, rs_request_t *rq, int op);
