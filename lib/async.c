@@ -289,6 +289,7 @@ static int request_submit(rs_client_t *c, rs_request_t *rq, rs_request_t **req)
     int rc = submit(c, rq);
     if (rc != 0) {
         atomic_fetch_sub(&rq->h->nobj, 1);
+        rq->err = NULL; /* (in place of ev: not a message) */
         rs__aq_free(rq);
         return rc;
     }

@@ -128,10 +128,12 @@ int rs__aq_stop_rc(rs_async_t *as, rs_request_t *rq)
     return rs__aq_why(as, rq, atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT);
 }
 
-void rs__aq_note(rs_request_t *rq)
+void rs__aq_set_undo(rs_request_t *rq, int rc, int note)
 {
-    free(rq->err);
-    rq->err = strdup(rs__error_text()); /* NULL: no memory, a static text */
+    if (RS_RQ_NOTED(rq))
+        free(rq->err);
+    rq->undo_rc = rc;
+    rq->err = note ? strdup(rs__error_text()) : NULL; /* NULL: no memory, a static text */
 }
 
 int rs__aq_undone(rs_async_t *as, rs_request_t *rq)
@@ -145,16 +147,18 @@ int rs__aq_undone(rs_async_t *as, rs_request_t *rq)
     return rq->undo_rc;
 }
 
-/* rq's message for rc (see rs__aq_complete), while rq->h is still counted. */
+/* rq's message for rc (see rs__aq_complete), while rq->h is still counted: rq->err from
+ * here on. */
 static void keep_text(rs_async_t *as, rs_request_t *rq, int rc)
 {
-    if (rc == 0) {
-        free(rq->err);
-        rq->err = NULL;
-    } else if (rs__error_text()[0] || !rq->err) {
-        if (!rs__error_text()[0])
+    char *noted = RS_RQ_NOTED(rq) ? rq->err : NULL;
+    if (rc != 0 && noted && !rs__error_text()[0]) {
+        rq->err = noted;
+    } else {
+        free(noted);
+        if (rc != 0 && !rs__error_text()[0])
             rs__aq_why(as, rq, rc);
-        rs__aq_note(rq);
+        rq->err = rc != 0 ? strdup(rs__error_text()) : NULL; /* NULL: a static text */
     }
     rs__clear_error();
 }
@@ -167,8 +171,8 @@ void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
     rs_client_t *c = as->c;
     if (as->draining && rc != 0 && rq->type != RQ_REL && rc != ECANCELED) {
         /* rs_client_close: whatever stopped it, the close did */
-        free(rq->err);
-        rq->err = NULL;
+        if (RS_RQ_NOTED(rq))
+            rs__aq_set_undo(rq, rq->undo_rc, 0); /* its note goes */
         rc = rs__aq_why(as, rq, ECANCELED);
     }
     keep_text(as, rq, rc);
@@ -259,7 +263,7 @@ void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_m
                     uint64_t sent_ns, unsigned rl_granted)
 {
     if (atomic_load(&rq->cancel) || as->draining) {
-        rq->undo_rc = ECANCELED;
+        rs__aq_set_undo(rq, ECANCELED, 0);
         rs__aq_want_send(as, rq, OP_REL); /* the grant raced the cancel: give it back */
         return;
     }
@@ -267,9 +271,9 @@ void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_m
     rs__aq_call(rq, &k);
     rs_hold_t *hold;
     if (rs__hold_new(&k, &hold) != 0) {
-        rq->undo_rc = rs__fail(as->c, ENOMEM, "out of memory for the hold on %s \"%.*s\" "
-                               "(the grant was given back)", rq->h->kind, RS_HNAME(rq->h));
-        rs__aq_note(rq);
+        rs__aq_set_undo(rq, rs__fail(as->c, ENOMEM, "out of memory for the hold on %s \"%.*s\" "
+                                     "(the grant was given back)", rq->h->kind,
+                                     RS_HNAME(rq->h)), 1);
         rs__aq_want_send(as, rq, OP_REL);
         return;
     }

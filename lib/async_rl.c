@@ -313,8 +313,8 @@ static void rel_end(rs_async_t *as, rs_request_t *rq)
             rs__aq_set_timer(as, rq, ST_DELAY, now + 20 * RS_NS_PER_MS);
             return;
         }
-        rc = rl->err ? kept_err(as, rq, rl->err)
-                     : rs__rl_noquorum(c, rl->t.answered, rl->t.int_mask);
+        /* (no error came: every answer in amask was an integer) */
+        rc = rl->err ? kept_err(as, rq, rl->err) : rs__rl_noquorum(c, rl->t.answered, rl->amask);
     }
     rs__arl_forget(as, rq); /* the rest is read by nobody */
     if (rq->op == OP_REL) {
@@ -395,7 +395,6 @@ void rs__arl_reply(rs_async_t *as, rs_aconn_t *cn, rs_request_t *rq, redisReply 
         rl->amask |= bit;
         if (r->type == REDIS_REPLY_INTEGER) {
             rl->t.answered++;
-            rl->t.int_mask |= bit;
             if (r->integer >= 1)
                 rl->t.pos++;
             else

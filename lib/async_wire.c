@@ -400,10 +400,10 @@ static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long l
         /* not safe against a failover: given back before anyone relies on it (under
          * Sentinel a shortfall is how a master failed over but not yet demoted shows) */
         rs__topo_changed(c);
-        rq->undo_rc = rs__fail(c, RS_EREPL, "WAIT: %lld of %d replica(s) confirmed the "
-                               "acquisition within %ld ms; it was undone", acked < 0 ? 0 : acked,
-                               c->min_replicas, c->replica_timeout_ms);
-        rs__aq_note(rq); /* what done reads once it is given back */
+        rs__aq_set_undo(rq, rs__fail(c, RS_EREPL, "WAIT: %lld of %d replica(s) confirmed the "
+                                     "acquisition within %ld ms; it was undone",
+                                     acked < 0 ? 0 : acked, c->min_replicas,
+                                     c->replica_timeout_ms), 1);
         rs__aq_want_send(as, rq, OP_REL);
         return;
     }

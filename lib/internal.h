@@ -500,7 +500,6 @@ typedef struct rs_rl_tally {
     int pos;       /* ... >= 1 (renewed, released, the new count) */
     int zero;      /* ... 0 (not ours there) */
     unsigned zero_mask; /* the masters that answered 0 (bit i) */
-    unsigned int_mask;  /* the masters that answered with an integer (bit i) */
     long long max;
 } rs_rl_tally_t;
 /* Runs the call on every master at once; masters that did not answer are asked again until

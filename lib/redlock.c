@@ -102,13 +102,14 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
         if (keep[i])
             rs__rl_keep_late(c, i, keep[i]);
     int err = 0;
+    unsigned answered = 0; /* (all with an integer when no error came) */
     for (int i = 0; i < n; i++) {
         redisReply *r = rep[i];
         if (!r)
             continue;
         if (r->type == REDIS_REPLY_INTEGER) {
             t->answered++;
-            t->int_mask |= 1u << i;
+            answered |= 1u << i;
             if (r->integer >= 1)
                 t->pos++;
             else
@@ -126,7 +127,7 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
         return 0;
     if (err)
         return err;
-    return rs__rl_noquorum(c, t->answered, t->int_mask);
+    return rs__rl_noquorum(c, t->answered, answered);
 }
 
 int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_t *t)
