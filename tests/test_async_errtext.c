@@ -17,6 +17,8 @@
  *   release_of_lost_hold   rs_hold_release_async of a hold whose key was deleted: RS_ELOST,
  *                          "had been lost"
  *   busy_past_deadline     a past deadline on a held name: EBUSY, "busy"
+ *   cancel_after_completion  rs_request_cancel of an EBUSY completion not dispatched yet:
+ *                          ECANCELED, and "rs_request_cancel", not the busy text
  *   two_in_one_dispatch    a deadline and a cancel completing in the same dispatch: each done
  *                          reads its own text
  *   redlock_no_quorum      under redlock:// two masters of three killed, a past deadline:
@@ -267,6 +269,34 @@ Test(async_err, busy_past_deadline)
     wait_done(c, &o);
     expect_prior(c);
     expect_text(&o, EBUSY, "busy");
+    cr_assert_eq(rs_hold_release(h), 0);
+    rs_mutex_destroy(m);
+    rs_mutex_destroy(m2);
+    rs_client_close(c2);
+    rs_client_close(c);
+    ts_server_stop(&s);
+}
+
+Test(async_err, cancel_after_completion)
+{
+    ts_server_t s;
+    tu_start_server(&s);
+    rs_client_t *c = tu_open_client(&s, 3000, 2000, NULL);
+    rs_client_t *c2 = tu_open_client(&s, 30000, 2000, NULL);
+    rs_mutex_t *m2;
+    rs_hold_t *h;
+    rs_mutex_t *m = held(c, c2, "e-late-cancel", &m2, &h);
+    seen_t o = {0};
+    rs_request_t *req;
+    struct timespec past = tu_abs_in(-1000);
+    cr_assert_eq(rs_mutex_acquire_async(m, &past, seen_done, &o, &req), 0);
+    /* EBUSY is queued for dispatch; the cancel turns it into ECANCELED, and its message */
+    cr_assert(wait_readable(c, 10000), "no completion queued");
+    cr_assert_eq(rs_request_cancel(req), 0);
+    set_prior(c);
+    wait_done(c, &o);
+    expect_prior(c);
+    expect_text(&o, ECANCELED, "rs_request_cancel");
     cr_assert_eq(rs_hold_release(h), 0);
     rs_mutex_destroy(m);
     rs_mutex_destroy(m2);
