@@ -459,6 +459,13 @@ RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known
  *               gets the server's text). A deadline of a request whose call is
  *               on the wire is acted on when its reply comes, at most timeout_ms late;
  *   RS_EQUEUE, RS_ESERVER, ENOMEM as the blocking calls.
+ * Inside done, rs_client_lasterror() on the dispatching thread is the message that explains
+ * that request's rc, as a blocking call's would ("" when rc is 0): e.g. which deadline
+ * passed on which name, whether rs_request_cancel or rs_client_close cancelled it, the
+ * address Redis could not be reached at, the server's error text, which Redlock masters
+ * answered. Each done reads its own request's message, also when one dispatch runs several;
+ * when rs_client_dispatch (or rs_client_close, for the completions it runs) returns, the
+ * thread's last message is what it was before the call.
  * req (required) is the request's handle for rs_request_cancel; it is valid until done
  * runs, and must not be used after (done may run on another thread if several dispatch: a
  * program that cancels from a thread other than the one dispatching serialises the two).
@@ -484,7 +491,8 @@ RS_API int rs_hold_lost(const rs_hold_t *h);         /* 1 once the hold is known
  * EBUSY) while it has pending requests or unreleased holds.
  */
 typedef struct rs_request rs_request_t;
-typedef void rs_done_fn(int rc, rs_hold_t *hold, void *arg); /* hold NULL unless rc == 0 */
+/* hold NULL unless rc == 0; rs_client_lasterror() inside it: this request's message */
+typedef void rs_done_fn(int rc, rs_hold_t *hold, void *arg);
 RS_API int rs_mutex_acquire_async(rs_mutex_t *m, const struct timespec *abstime,
                                   rs_done_fn *done, void *arg, rs_request_t **req);
 RS_API int rs_rwlock_acquire_read_async(rs_rwlock_t *rw, const struct timespec *abstime,

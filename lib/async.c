@@ -289,6 +289,7 @@ static int request_submit(rs_client_t *c, rs_request_t *rq, rs_request_t **req)
     int rc = submit(c, rq);
     if (rc != 0) {
         atomic_fetch_sub(&rq->h->nobj, 1);
+        rq->err = NULL; /* (in place of ev: not a message) */
         rs__aq_free(rq);
         return rc;
     }
@@ -379,11 +380,15 @@ RS_API int rs_request_cancel(rs_request_t *rq)
                 as->done_tail = prev;
             rq->pub = 0;
             rq->st = ST_UNDO;
+            atomic_store(&rq->cancel, 1); /* (its message names rs_request_cancel) */
             rq->in_cancel = 1;
             rq->cnext = as->can;
             as->can = rq;
-        } else if (rq->type == RQ_ACQ) {
+        } else if (rq->type == RQ_ACQ && rq->rc != ECANCELED) {
+            /* (rq->h may be gone: no name; NULL: a static text) */
             rq->rc = ECANCELED;
+            free(rq->err);
+            rq->err = strdup("cancelled by rs_request_cancel");
         }
     } else {
         atomic_store(&rq->cancel, 1);
@@ -413,20 +418,52 @@ RS_API int rs_client_fd(rs_client_t *c)
     return fd;
 }
 
+/* What done reads when no message could be kept (no memory for its copy). */
+static const char *static_text(int rc)
+{
+    switch (rc) {
+    case ETIMEDOUT:
+        return "deadline passed while waiting";
+    case ECANCELED:
+        return "cancelled (rs_request_cancel or rs_client_close)";
+    case EBUSY:
+        return "busy (held by another owner)";
+    case EAGAIN:
+        return "no permit is free";
+    case RS_ELOST:
+        return "the hold had been lost before its release";
+    case RS_ECONN:
+        return "Redis unreachable";
+    case RS_ESERVER:
+        return "Redis answered with an error";
+    case RS_EREPL:
+        return "too few replicas confirmed the acquisition; it was undone";
+    case ENOMEM:
+        return "out of memory";
+    default:
+        return "the request failed (no memory for its message)";
+    }
+}
+
 /* Runs the completions of list (taken off the queue); in_dispatch keeps callbacks from
- * dispatching again. */
+ * dispatching again. Inside each done this thread's message is that request's ("" for
+ * rc 0); after them it is what it was before. */
 static int run_list(rs_request_t *list)
 {
     int n = 0;
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", rs__error_text());
     in_dispatch = 1;
     while (list) {
         rs_request_t *rq = list;
         list = rq->next;
+        rs__error_set(rq->rc == 0 ? "" : rq->err ? rq->err : static_text(rq->rc));
         rq->done(rq->rc, rq->rc == 0 ? rq->hold : NULL, rq->arg);
         rs__aq_free(rq); /* the block stays while a watchdog round holds its lease */
         n++;
     }
     in_dispatch = 0;
+    rs__error_set(saved);
     return n;
 }
 
@@ -479,6 +516,15 @@ void rs__async_finish(rs_client_t *c)
     for (rs_request_t *rq = list; rq; rq = rq->next) {
         if (rq->rc == 0 && rq->hold && rq->type == RQ_ACQ) {
             rs_handle_t *h = rq->hold->obj;
+            char text[256]; /* named while the hold still counts on the handle */
+            snprintf(text, sizeof text, "the acquisition of %s \"%.*s\" was cancelled by %s",
+                     h->kind, RS_HNAME(h),
+                     atomic_load(&rq->cancel) ? "rs_request_cancel (its grant released by "
+                                                "rs_client_close)"
+                                              : "rs_client_close (granted, not dispatched "
+                                                "before the close)");
+            free(rq->err);
+            rq->err = strdup(text);
             rs__watch_del(c, rq->hold->lease);
             rs__hold_discard(rq->hold);
             atomic_fetch_sub(&h->nobj, 1);

@@ -76,12 +76,106 @@ void rs__aq_drop_queue_lease(rs_client_t *c, rs_request_t *rq)
     }
 }
 
+/* ----- the messages done reads (rs_client_lasterror inside done) ----------------------- */
+
+void rs__aq_free(rs_request_t *rq)
+{
+    free(rq->err);
+    rq->err = NULL;
+    if (rq->rlat) {
+        rs_arl_t *rl = rs__aq_rl(rq);
+        free(rl->err_text);
+        rl->err_text = NULL;
+    }
+    rs__lease_unref(&rq->ql);
+}
+
+int rs__aq_why(rs_async_t *as, rs_request_t *rq, int rc)
+{
+    rs_client_t *c = as->c;
+    const rs_handle_t *h = rq->h;
+    const char *what = rq->type == RQ_REL   ? "the release of"
+                       : rq->type == RQ_EVT ? "the wait on"
+                                            : "the acquisition of";
+    switch (rc) {
+    case ETIMEDOUT:
+        return rs__fail(c, rc, "deadline passed while waiting for %s \"%.*s\"%s", h->kind,
+                        RS_HNAME(h), rq->queued ? " (held by another owner; it left the queue)"
+                                                : "");
+    case ECANCELED:
+        return rs__fail(c, rc, "%s %s \"%.*s\" was cancelled by %s", what, h->kind, RS_HNAME(h),
+                        atomic_load(&rq->cancel) ? "rs_request_cancel"
+                                                 : "rs_client_close (the client is closing)");
+    case EBUSY:
+        return rs__fail(c, rc, "%s \"%.*s\" is busy (held by another owner; the deadline had "
+                        "passed: one attempt, no wait)", h->kind, RS_HNAME(h));
+    case EAGAIN:
+        return rs__fail(c, rc, "no permit of %s \"%.*s\" is free (the deadline had passed: one "
+                        "attempt, no wait)", h->kind, RS_HNAME(h));
+    case RS_ELOST:
+        return rs__fail(c, rc, "the hold on %s \"%.*s\" had been lost before its release (its "
+                        "lease expired, or another owner took it)", h->kind, RS_HNAME(h));
+    case ENOMEM:
+        return rs__fail(c, rc, "out of memory (%s %s \"%.*s\")", what, h->kind, RS_HNAME(h));
+    default:
+        return rs__fail(c, rc, "%s %s \"%.*s\" failed (error %d)", what, h->kind, RS_HNAME(h),
+                        rc);
+    }
+}
+
+int rs__aq_stop_rc(rs_async_t *as, rs_request_t *rq)
+{
+    return rs__aq_why(as, rq, atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT);
+}
+
+void rs__aq_set_undo(rs_request_t *rq, int rc, int note)
+{
+    if (RS_RQ_NOTED(rq))
+        free(rq->err);
+    rq->undo_rc = rc;
+    rq->err = note ? strdup(rs__error_text()) : NULL; /* NULL: no memory, a static text */
+}
+
+int rs__aq_undone(rs_async_t *as, rs_request_t *rq)
+{
+    if (!rq->undo_rc)
+        return rs__aq_why(as, rq, ECANCELED);
+    if (rq->err)
+        rs__error_set(rq->err);
+    else
+        rs__aq_why(as, rq, rq->undo_rc);
+    return rq->undo_rc;
+}
+
+/* rq's message for rc (see rs__aq_complete), while rq->h is still counted: rq->err from
+ * here on. */
+static void keep_text(rs_async_t *as, rs_request_t *rq, int rc)
+{
+    char *noted = RS_RQ_NOTED(rq) ? rq->err : NULL;
+    if (rc != 0 && noted && !rs__error_text()[0]) {
+        rq->err = noted;
+    } else {
+        free(noted);
+        if (rc != 0 && !rs__error_text()[0])
+            rs__aq_why(as, rq, rc);
+        rq->err = rc != 0 ? strdup(rs__error_text()) : NULL; /* NULL: a static text */
+    }
+    rs__clear_error();
+}
+
+/* ----- the transitions ----------------------------------------------------------------- */
+
 /* Ends rq on the I/O thread; published at the end of the pass. */
 void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
 {
     rs_client_t *c = as->c;
-    if (as->draining && rc != 0 && rq->type != RQ_REL)
-        rc = ECANCELED; /* rs_client_close: whatever stopped it, the close did */
+    if (as->draining && rc != 0 && rq->type != RQ_REL && rc != ECANCELED) {
+        /* rs_client_close: whatever stopped it, the close did */
+        if (RS_RQ_NOTED(rq))
+            rs__aq_set_undo(rq, rq->undo_rc, 0); /* its note goes */
+        rc = rs__aq_why(as, rq, ECANCELED);
+    }
+    keep_text(as, rq, rc);
     rs__theap_del(&as->heap, &rq->tm);
     if (rq->in_send) {
         rs__aq_list_remove(&as->sendq, &as->sendq_tail, rq);
@@ -121,13 +215,16 @@ void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold)
 /* A completion of a release (HREL): the hold goes. */
 void rs__aq_finish_hold(rs_async_t *as, rs_request_t *rq, int rc)
 {
+    if (rq->type != RQ_REL) /* a grant given back after a cancel (its message named while
+                               the hold still counts on the handle) */
+        rc = rs__aq_why(as, rq, ECANCELED);
     rs_hold_t *hold = rq->hold;
     rq->hold = NULL;
     rs_handle_t *h = hold->obj;
     rs__lease_unref(hold->lease);
     free(hold);
     atomic_fetch_sub(&h->nobj, 1);
-    rs__aq_complete(as, rq, rq->type == RQ_REL ? rc : ECANCELED, NULL);
+    rs__aq_complete(as, rq, rc, NULL);
 }
 
 void rs__aq_fail(rs_async_t *as, rs_request_t *rq, int rc)
@@ -135,7 +232,7 @@ void rs__aq_fail(rs_async_t *as, rs_request_t *rq, int rc)
     if (rq->op == OP_HREL)
         rs__aq_finish_hold(as, rq, rc);
     else if (rq->op == OP_REL)
-        rs__aq_complete(as, rq, rq->undo_rc ? rq->undo_rc : rc, NULL);
+        rs__aq_complete(as, rq, rq->undo_rc ? rs__aq_undone(as, rq) : rc, NULL);
     else
         rs__aq_complete(as, rq, rc, NULL);
 }
@@ -166,7 +263,7 @@ void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_m
                     uint64_t sent_ns, unsigned rl_granted)
 {
     if (atomic_load(&rq->cancel) || as->draining) {
-        rq->undo_rc = ECANCELED;
+        rs__aq_set_undo(rq, ECANCELED, 0);
         rs__aq_want_send(as, rq, OP_REL); /* the grant raced the cancel: give it back */
         return;
     }
@@ -174,7 +271,9 @@ void rs__aq_granted(rs_async_t *as, rs_request_t *rq, uint64_t fence, long ttl_m
     rs__aq_call(rq, &k);
     rs_hold_t *hold;
     if (rs__hold_new(&k, &hold) != 0) {
-        rq->undo_rc = ENOMEM;
+        rs__aq_set_undo(rq, rs__fail(as->c, ENOMEM, "out of memory for the hold on %s \"%.*s\" "
+                                     "(the grant was given back)", rq->h->kind,
+                                     RS_HNAME(rq->h)), 1);
         rs__aq_want_send(as, rq, OP_REL);
         return;
     }
@@ -238,8 +337,7 @@ void rs__aq_give_up(rs_async_t *as, rs_request_t *rq)
     if (rq->queued)
         rs__aq_want_send(as, rq, OP_CANCEL);
     else
-        rs__aq_complete(as, rq,
-                        atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT, NULL);
+        rs__aq_complete(as, rq, rs__aq_stop_rc(as, rq), NULL);
 }
 
 /* ----- one pass ------------------------------------------------------------------------ */
@@ -250,7 +348,7 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
     rq->tm.idx = -1;
     rs__aq_live_add(as, rq);
     if (rs__theap_reserve(&as->heap, as->nlive) != 0) {
-        rs__aq_complete(as, rq, ENOMEM, NULL);
+        rs__aq_complete(as, rq, rs__aq_why(as, rq, ENOMEM), NULL);
         return;
     }
     if (rq->type == RQ_REL) {
@@ -264,8 +362,8 @@ static void start_request(rs_async_t *as, rs_request_t *rq)
     rq->w.on_wake = rs__aq_on_wake; /* which finds rq around &rq->w */
     int rc = rs__notify_add(c, &rq->w);
     if (rc) {
-        if (rc != ECANCELED)
-            rc = rs__fail(c, rc, "cannot start the notifier thread");
+        rc = rc != ECANCELED ? rs__fail(c, rc, "cannot start the notifier thread")
+                             : rs__aq_why(as, rq, ECANCELED);
         rs__aq_complete(as, rq, rc, NULL);
         return;
     }
@@ -350,7 +448,7 @@ static void on_cancel(rs_async_t *as, rs_request_t *rq)
         rs__aq_want_send(as, rq, OP_HREL);
         break;
     case ST_SUB:
-        rs__aq_complete(as, rq, ECANCELED, NULL);
+        rs__aq_complete(as, rq, rs__aq_why(as, rq, ECANCELED), NULL);
         break;
     case ST_WAIT:
         rs__aq_give_up(as, rq);
@@ -358,7 +456,7 @@ static void on_cancel(rs_async_t *as, rs_request_t *rq)
     case ST_SEND:
     case ST_DELAY:
         if ((rq->op == OP_ACQ || rq->op == OP_GET) && !rq->queued && rq->type != RQ_REL)
-            rs__aq_complete(as, rq, ECANCELED, NULL);
+            rs__aq_complete(as, rq, rs__aq_why(as, rq, ECANCELED), NULL);
         else if (rq->op == OP_ACQ)
             rs__aq_want_send(as, rq, OP_CANCEL);
         break;
@@ -378,7 +476,10 @@ static void on_timer(rs_async_t *as, rs_request_t *rq)
         if (now >= rq->deadline_ns) {
             rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
             rq->st = ST_NEW;
-            rs__aq_complete(as, rq, ETIMEDOUT, NULL);
+            rs__aq_complete(as, rq, rs__fail(as->c, ETIMEDOUT, "deadline passed while waiting "
+                                             "for %s \"%.*s\" (before the subscription to "
+                                             "its wake-ups stood)", rq->h->kind,
+                                             RS_HNAME(rq->h)), NULL);
         } else if (sub_ready(as, rq, rs__notify_ready(as->c))) {
             subscribed_check(as);
         } else {
@@ -439,8 +540,12 @@ static void publish(rs_async_t *as)
                 undo = rq;
                 continue;
             }
-            if (rq->type == RQ_ACQ)
+            if (rq->type == RQ_ACQ && rq->rc != ECANCELED) {
+                /* (rq->h may be gone: no name) */
                 rq->rc = ECANCELED;
+                free(rq->err);
+                rq->err = strdup("cancelled by rs_request_cancel");
+            }
         }
         rq->pub = 1;
         rq->next = NULL;
@@ -457,6 +562,7 @@ static void publish(rs_async_t *as)
     pthread_mutex_unlock(&as->mu);
     for (rs_request_t *rq = undo, *nx; rq; rq = nx) {
         nx = rq->bnext;
+        rs__clear_error();
         on_cancel(as, rq);
     }
 }
@@ -505,16 +611,20 @@ static void pass(rs_async_t *as)
         rs_request_t *rq = wk[i];
         if (rq->st != ST_WAIT)
             continue; /* kept in w.wake: taken when it waits (rs__aq_to_wait) */
+        rs__clear_error(); /* each event starts without a message (rs__aq_complete) */
         int wake = rs__notify_take(as->c, &rq->w, msg, sizeof msg);
         if (wake != RS_WAKE_NONE && wake != RS_WAKE_CANCEL)
             rs__aq_woken(as, rq, wake, msg);
     }
     for (rs_request_t *rq = sub, *nx; rq; rq = nx) {
         nx = rq->next;
+        rs__clear_error();
         start_request(as, rq);
     }
-    for (int i = 0; i < ncan; i++)
+    for (int i = 0; i < ncan; i++) {
+        rs__clear_error();
         on_cancel(as, can[i]);
+    }
     if (stop && !as->draining) {
         /* closing: every acquisition leaves Redis' queue (a grant that raced is released),
          * releases go on; at most timeout_ms more */
@@ -522,8 +632,10 @@ static void pass(rs_async_t *as)
         as->drain_end_ns = rs__now_ns() + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
         for (rs_request_t *rq = as->live, *nx; rq; rq = nx) {
             nx = rq->anext;
-            if (rq->type != RQ_REL && rq->op != OP_REL)
+            if (rq->type != RQ_REL && rq->op != OP_REL) {
+                rs__clear_error();
                 on_cancel(as, rq);
+            }
         }
     }
     subscribed_check(as);
@@ -531,6 +643,7 @@ static void pass(rs_async_t *as)
     for (rs_timer_t *t; (t = rs__theap_top(&as->heap)) && t->due_ns <= now;) {
         rs_request_t *rq = (rs_request_t *)((char *)t - offsetof(rs_request_t, tm));
         rs__theap_del(&as->heap, t);
+        rs__clear_error();
         if (as->draining && rq->st != ST_DELAY && rq->st != ST_FLIGHT)
             rs__aq_give_up(as, rq);
         else
@@ -561,11 +674,12 @@ void *rs__aq_main(void *arg)
     /* what is left gets ECANCELED (an acquisition's entry expires with its queue lease) */
     while (as->live) {
         rs_request_t *rq = as->live;
+        rs__clear_error();
         if (rq->op == OP_HREL && rq->st != ST_NEW)
             rs__aq_finish_hold(as, rq, rs__fail(as->c, RS_ECONN, "Redis unreachable while "
                                                 "closing"));
         else
-            rs__aq_complete(as, rq, ECANCELED, NULL);
+            rs__aq_complete(as, rq, rs__aq_why(as, rq, ECANCELED), NULL);
     }
     publish(as);
     rs__aq_conns_free(as);

@@ -88,6 +88,31 @@ static int append(rs_aconn_t *cn, rs_request_t *rq, rl_cmd_t *b)
     return 0;
 }
 
+/* The message of the error a master answered with (rl->err, rl->v.err), kept for the
+ * decision that may come at a later event (the thread's own is cleared before each). */
+static void keep_err(rs_arl_t *rl)
+{
+    free(rl->err_text);
+    rl->err_text = strdup(rs__error_text());
+}
+
+static void drop_err(rs_arl_t *rl)
+{
+    free(rl->err_text);
+    rl->err_text = NULL;
+}
+
+/* rc (a master's error), its kept message set as this thread's. */
+static int kept_err(rs_async_t *as, rs_request_t *rq, int rc)
+{
+    rs_arl_t *rl = rs__aq_rl(rq);
+    if (rl->err_text)
+        rs__error_set(rl->err_text);
+    else
+        rs__aq_why(as, rq, rc);
+    return rc;
+}
+
 void rs__arl_forget(rs_async_t *as, rs_request_t *rq)
 {
     rs_arl_t *rl = rs__aq_rl(rq);
@@ -118,6 +143,7 @@ void rs__arl_send(rs_async_t *as, rs_request_t *rq)
         }
         rl->attempt++;
         rs__rl_votes_init(&rl->v);
+        drop_err(rl);
         rl->sent = 0;
     } else if (!rl->cont) {
         /* a new call (a release, an undone grant): what an acquiring round still owes is
@@ -126,6 +152,7 @@ void rs__arl_send(rs_async_t *as, rs_request_t *rq)
         memset(&rl->t, 0, sizeof rl->t);
         rl->tried = rl->amask = 0;
         rl->err = 0;
+        drop_err(rl);
         rl->first_ns = now;
     } else {
         mask &= ~rl->tried; /* the masters it has not reached yet */
@@ -211,11 +238,11 @@ static void acq_end(rs_async_t *as, rs_request_t *rq)
     undo_on(as, rq, v->undo, rq->op == OP_CANCEL);
     int stop = atomic_load(&rq->cancel) || as->draining;
     if (rq->op == OP_CANCEL) { /* left the queues (those that answered) */
-        rs__aq_complete(as, rq, stop ? ECANCELED : ETIMEDOUT, NULL);
+        rs__aq_complete(as, rq, rs__aq_stop_rc(as, rq), NULL);
         return;
     }
     if (verdict == RS_RL_ERROR) {
-        rs__aq_complete(as, rq, v->err, NULL);
+        rs__aq_complete(as, rq, kept_err(as, rq, v->err), NULL);
         return;
     }
     if (verdict == RS_RL_NOQUORUM) {
@@ -223,9 +250,8 @@ static void acq_end(rs_async_t *as, rs_request_t *rq)
         if (!rl->first_ns)
             rl->first_ns = rl->round_ns;
         if (now - rl->first_ns >= (uint64_t)c->timeout_ms * RS_NS_PER_MS) {
-            rs__aq_complete(as, rq, rs__fail(c, RS_ECONN, "only %d of %d redlock masters "
-                                             "answered within %ld ms (a quorum is %d)",
-                                             v->answered, c->ep.nseeds, c->timeout_ms, q),
+            rs__aq_complete(as, rq, rs__rl_noquorum(c, v->answered,
+                                                    v->gmask | v->mmask | v->bmask),
                             NULL);
         } else if (stop || (!rq->try_only && now >= rq->deadline_ns)) {
             rs__aq_give_up(as, rq);
@@ -240,7 +266,7 @@ static void acq_end(rs_async_t *as, rs_request_t *rq)
     if (v->seen_fence > rq->fence_floor)
         rq->fence_floor = v->seen_fence;
     if (rq->try_only) {
-        rs__aq_complete(as, rq, rq->busy_rc, NULL);
+        rs__aq_complete(as, rq, rs__aq_why(as, rq, rq->busy_rc), NULL);
         return;
     }
     if (stop || now >= rq->deadline_ns) {
@@ -274,7 +300,7 @@ static void rel_end(rs_async_t *as, rs_request_t *rq)
 {
     rs_client_t *c = as->c;
     rs_arl_t *rl = rs__aq_rl(rq);
-    int q = rs__rl_quorum(c), n = c->ep.nseeds;
+    int q = rs__rl_quorum(c);
     uint64_t now = rs__now_ns();
     rs__theap_del(&as->heap, &rq->tm);
     int rc = 0;
@@ -287,13 +313,12 @@ static void rel_end(rs_async_t *as, rs_request_t *rq)
             rs__aq_set_timer(as, rq, ST_DELAY, now + 20 * RS_NS_PER_MS);
             return;
         }
-        rc = rl->err ? rl->err
-                     : rs__fail(c, RS_ECONN, "only %d of %d redlock masters answered within "
-                                "%ld ms (a quorum is %d)", rl->t.answered, n, c->timeout_ms, q);
+        /* (no error came: every answer in amask was an integer) */
+        rc = rl->err ? kept_err(as, rq, rl->err) : rs__rl_noquorum(c, rl->t.answered, rl->amask);
     }
     rs__arl_forget(as, rq); /* the rest is read by nobody */
     if (rq->op == OP_REL) {
-        rs__aq_complete(as, rq, rq->undo_rc ? rq->undo_rc : ECANCELED, NULL);
+        rs__aq_complete(as, rq, rs__aq_undone(as, rq), NULL);
         return;
     }
     int lost = rq->lost;
@@ -301,9 +326,7 @@ static void rel_end(rs_async_t *as, rs_request_t *rq)
         rs__lease_set_lost(c, rq->hold->lease);
         lost = 1;
     }
-    rs__aq_finish_hold(as, rq, lost ? rs__fail(c, RS_ELOST, "the hold on %s \"%.*s\" had been "
-                                               "lost", rq->h->kind, RS_HNAME(rq->h))
-                                    : rc);
+    rs__aq_finish_hold(as, rq, lost ? rs__aq_why(as, rq, RS_ELOST) : rc);
 }
 
 /* After an answer (or a broken connection): decided now if nothing more is due; a quorum in
@@ -362,7 +385,10 @@ void rs__arl_reply(rs_async_t *as, rs_aconn_t *cn, rs_request_t *rq, redisReply 
         rl->sent &= ~bit;
         rs_call_t k;
         rs__aq_call(rq, &k);
+        int had = rl->v.err;
         rs__rl_vote(&rl->v, &k, i, r);
+        if (!had && rl->v.err)
+            keep_err(rl);
     } else if (!r) {
         rl->tried &= ~bit; /* asked again if the round goes on */
     } else {
@@ -377,6 +403,7 @@ void rs__arl_reply(rs_async_t *as, rs_aconn_t *cn, rs_request_t *rq, redisReply 
             rl->err = r->type == REDIS_REPLY_ERROR
                           ? rs__reply_error(c, r)
                           : rs__fail(c, RS_ESERVER, "unexpected reply from a redlock master");
+            keep_err(rl);
         }
     }
     if (r)

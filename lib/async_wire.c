@@ -93,7 +93,8 @@ void rs__aq_conn_broken(rs_async_t *as, rs_aconn_t *cn)
         if (!rq || rq == &wait_mark || rq->st != ST_FLIGHT)
             continue;
         if (rq->send_by_ns && now >= rq->send_by_ns) {
-            rs__aq_fail(as, rq, rs__fail(as->c, RS_ECONN, "no answer from Redis for %ld ms",
+            rs__aq_fail(as, rq, rs__fail(as->c, RS_ECONN, "no answer from Redis for %ld ms "
+                                         "(its connection was lost or stalled)",
                                          as->c->timeout_ms));
             continue;
         }
@@ -145,11 +146,13 @@ static rs_aconn_t *route(rs_async_t *as, rs_request_t *rq, const char *key, size
     if (rs__conn_connect_to(c, cn->node, now + (uint64_t)budget * RS_NS_PER_MS, c->timeout_ms,
                             &cn->ctx) != 0) {
         cn->ctx = NULL;
+        snprintf(as->dial_err, sizeof as->dial_err, "%s", rs__error_text());
         cn->next_dial_ns = rs__now_ns() + 50 * RS_NS_PER_MS;
         if (cluster)
             rs__cluster_stale(c);
         return NULL;
     }
+    as->dial_err[0] = '\0';
     return cn;
 }
 
@@ -258,6 +261,7 @@ void rs__aq_flush(rs_async_t *as)
             as->sendq_tail = NULL;
         rq->snext = NULL;
         rq->in_send = 0;
+        rs__clear_error(); /* each event starts without a message (rs__aq_complete) */
         if (c->ep.mode == RS_MODE_REDLOCK) {
             rs__arl_send(as, rq); /* on every master it can reach (async_rl.c) */
             continue;
@@ -266,8 +270,9 @@ void rs__aq_flush(rs_async_t *as)
             continue;
         /* nothing to send on: those that waited timeout_ms for a connection fail */
         if (as->draining || rs__now_ns() >= rq->send_by_ns) {
-            rs__aq_fail(as, rq, rs__fail(c, RS_ECONN, "Redis unreachable for %ld ms",
-                                         c->timeout_ms));
+            rs__aq_fail(as, rq, rs__fail(c, RS_ECONN, "Redis unreachable for %ld ms (%s)",
+                                         c->timeout_ms, as->dial_err[0] ? as->dial_err
+                                         : "no connection to send on"));
             continue;
         }
         rq->in_send = 1;
@@ -311,7 +316,7 @@ static int on_reply(rs_async_t *as, rs_aconn_t *cn, rs_request_t *rq, redisReply
             if (rs__ctx_append(cn->ctx, 3, argv, lens) == 0 && ring_push(cn, NULL) == 0)
                 rs__aq_want_send(as, rq, rq->op); /* behind the load, in the same pipeline */
             else
-                rs__aq_fail(as, rq, ENOMEM);
+                rs__aq_fail(as, rq, rs__fail(c, ENOMEM, "out of memory (loading a script)"));
             return 0;
         }
         int ask = 0, to;
@@ -351,9 +356,9 @@ static int on_reply(rs_async_t *as, rs_aconn_t *cn, rs_request_t *rq, redisReply
             lost = 1;
         }
         if (rq->op == OP_HREL)
-            rs__aq_finish_hold(as, rq, lost ? RS_ELOST : 0);
+            rs__aq_finish_hold(as, rq, lost ? rs__aq_why(as, rq, RS_ELOST) : 0);
         else
-            rs__aq_complete(as, rq, rq->undo_rc ? rq->undo_rc : ECANCELED, NULL);
+            rs__aq_complete(as, rq, rs__aq_undone(as, rq), NULL);
         return 0;
     }
     if (rq->op == OP_GET) {
@@ -395,9 +400,10 @@ static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long l
         /* not safe against a failover: given back before anyone relies on it (under
          * Sentinel a shortfall is how a master failed over but not yet demoted shows) */
         rs__topo_changed(c);
-        rq->undo_rc = rs__fail(c, RS_EREPL, "WAIT: %lld of %d replica(s) confirmed the "
-                               "acquisition within %ld ms; it was undone", acked < 0 ? 0 : acked,
-                               c->min_replicas, c->replica_timeout_ms);
+        rs__aq_set_undo(rq, rs__fail(c, RS_EREPL, "WAIT: %lld of %d replica(s) confirmed the "
+                                     "acquisition within %ld ms; it was undone",
+                                     acked < 0 ? 0 : acked, c->min_replicas,
+                                     c->replica_timeout_ms), 1);
         rs__aq_want_send(as, rq, OP_REL);
         return;
     }
@@ -406,15 +412,14 @@ static void on_acquiring(rs_async_t *as, rs_request_t *rq, redisReply *r, long l
         return;
     }
     if (rq->op == OP_CANCEL) {
-        rs__aq_complete(as, rq,
-                        atomic_load(&rq->cancel) || as->draining ? ECANCELED : ETIMEDOUT, NULL);
+        rs__aq_complete(as, rq, rs__aq_stop_rc(as, rq), NULL);
         return;
     }
     rq->queued |= at.queued;
     if (at.seen_fence > rq->fence_floor)
         rq->fence_floor = at.seen_fence;
     if (rq->try_only) {
-        rs__aq_complete(as, rq, rq->busy_rc, NULL);
+        rs__aq_complete(as, rq, rs__aq_why(as, rq, rq->busy_rc), NULL);
         return;
     }
     if (atomic_load(&rq->cancel) || as->draining || now >= rq->deadline_ns) {
@@ -477,6 +482,7 @@ static void aq_read(rs_async_t *as, rs_aconn_t *cn)
         rs_request_t *rq = ring_pop(cn);
         cn->progress_ns = rs__now_ns();
         int kept = 0;
+        rs__clear_error(); /* each reply starts without a message (rs__aq_complete) */
         if (rq && as->c->ep.mode == RS_MODE_REDLOCK)
             rs__arl_reply(as, cn, rq, r);
         else if (rq == &wait_mark)

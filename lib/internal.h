@@ -66,6 +66,10 @@ extern atomic_ulong rs__deadline_conversions;
 /* Records a message for the calling thread and returns code. c may be NULL. */
 int rs__fail(rs_client_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void rs__clear_error(void);
+/* This thread's message (rs_tls_error) as it stands, and a copy of text put in its place
+ * (truncated as rs__fail's): the event-loop API carries a request's message across threads. */
+const char *rs__error_text(void);
+void rs__error_set(const char *text);
 void rs__log(rs_client_t *c, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Checks a primitive name: non-NULL, 1..RS_NAME_MAX bytes. */
 int rs__check_name(rs_client_t *c, const char *name, size_t *len);
@@ -538,6 +542,9 @@ long rs__rl_round_ms(const rs_client_t *c, long lease_ms);
 /* Appends ARGV[9..11] of a Redlock call of the mutex script to v: the waiter's ticket (0: none,
  * for an undo), no fence floor, the attempt's number (mutex.lua's header). */
 void rs__rl_argv_tail(rs_argv_t *v, uint64_t ticket, unsigned attempt);
+/* RS_ECONN, its message the blocking calls' and the event loop's: only answered of the
+ * masters answered within timeout_ms, those of amask (bit i: master i), not a quorum. */
+int rs__rl_noquorum(rs_client_t *c, int answered, unsigned amask);
 /* Whether a release's (or renewal's) answers t say that hold lease l was lost. */
 int rs__rl_denied(rs_client_t *c, rs_lease_t *l, const rs_rl_tally_t *t);
 /* One line at RS_LOG_DEBUG per acquiring round: what each master answered (G granted, b

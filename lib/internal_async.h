@@ -66,7 +66,7 @@ enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
  * Cluster's ASK byte and Redlock's rlat), 64 of strings (a 38-byte acquisition id, the
  * 24-byte main key, their NULs), 7 of malloc's header and rounding (a longer name or id can
  * cross into the next 16-byte step). Under Redlock the block also holds the request's
- * rs_arl_t (184 bytes, after the strings, 8-aligned).
+ * rs_arl_t (192 bytes, after the strings, 8-aligned).
  *
  * The block starts with the request's queue-entry lease, so the lease costs no allocation
  * and no copy of the call: its builder (async.c) rebuilds the renewal from the request's
@@ -88,7 +88,7 @@ struct rs_request {
     rs_done_fn *done;
     void *arg;
     uint64_t deadline_ns;
-    /* the I/O thread's */
+    /* the I/O thread's (err: also under as->mu once published) */
     union {
         struct { /* RQ_EVT: what is waited for, on channel w.topic */
             const rs_async_event_t *ev;
@@ -99,6 +99,13 @@ struct rs_request {
             uint64_t fence_floor, lower_ns;
             uint64_t sent_ns; /* of its last acquiring call */
         };
+        /* the message behind a nonzero rc, what rs_client_lasterror says inside done:
+         * malloc'd at completion (NULL: rc 0, or a static text), freed with the request
+         * (rs__aq_free). It takes the place of ev and fence_floor, which nothing reads once
+         * it is set: from the completion on, and for an RQ_ACQ from the moment its grant
+         * is to be given back (undo_rc set, rs__aq_set_undo: the text of undo_rc, or NULL;
+         * RS_RQ_NOTED) */
+        char *err;
     };
     rs_timer_t tm;
     uint64_t send_by_ns;
@@ -137,6 +144,8 @@ typedef struct rs_arl {
     uint64_t ticket;        /* the acquisition's place in every master's queue */
     uint64_t seen;          /* the fencing counter its last busy answer showed */
     long recheck_ms;        /* its last wait without a wake-up (rs__rl_busy_wait) */
+    char *err_text;         /* the message of err, or of v.err (this round's): malloc'd when
+                               it came (NULL: none or no memory) */
     uint64_t round_ns;      /* when this round was sent */
     uint64_t first_ns;      /* acquiring: when the rounds without a quorum began (0: a quorum
                                answered the last one); rel: when the call was first sent */
@@ -152,6 +161,8 @@ typedef struct rs_arl {
     rs_rl_votes_t v;        /* acquiring: this round's answers */
     rs_rl_tally_t t;        /* rel: the answers */
 } rs_arl_t;
+/* Before its completion: whether rq->err is the message already (not ev or fence_floor). */
+#define RS_RQ_NOTED(rq) ((rq)->type == RQ_ACQ && (rq)->undo_rc)
 /* A live request's client's async state (no pointer of its own in the record) */
 #define RS_RQ_AS(rq) atomic_load(&(rq)->ql.c->as)
 
@@ -190,6 +201,7 @@ typedef struct rs_async {
                                   send, 50 ms on when a request found no connection */
     uint64_t drain_end_ns;
     int draining;
+    char dial_err[200];        /* the last failed dial's message (named by RS_ECONN's) */
 } rs_async_t;
 
 void rs__aq_poke(int fd);
@@ -202,13 +214,26 @@ void rs__aq_list_append(rs_request_t **head, rs_request_t **tail, rs_request_t *
 void rs__aq_live_add(rs_async_t *as, rs_request_t *rq);
 void rs__aq_live_del(rs_async_t *as, rs_request_t *rq);
 void rs__aq_drop_queue_lease(rs_client_t *c, rs_request_t *rq);
-/* Frees rq: drops its lease's reference (the block goes with the last one). */
-static inline void rs__aq_free(rs_request_t *rq)
-{
-    rs__lease_unref(&rq->ql);
-}
-/* Ends rq on the I/O thread; published at the end of the pass. */
+/* Frees rq (completed, or never submitted and its err cleared): its messages, and its
+ * lease's reference (the block goes with the last one). */
+void rs__aq_free(rs_request_t *rq);
+/* Ends rq on the I/O thread; published at the end of the pass. A nonzero rc's message (what
+ * rs_client_lasterror says inside done) is undo_rc's if noted (rs__aq_set_undo), else this
+ * thread's message if the handling of rq's event set one, else rs__aq_why's; the thread's
+ * message is cleared after it (each event of the I/O thread starts with none). */
 void rs__aq_complete(rs_async_t *as, rs_request_t *rq, int rc, rs_hold_t *hold);
+/* Sets this thread's message to the default explanation of rc for rq (ETIMEDOUT: the
+ * deadline passed; ECANCELED: rs_request_cancel or rs_client_close; EBUSY/EAGAIN: one
+ * attempt found it busy; RS_ELOST...), naming rq's primitive (rq->h still counted): rc. */
+int rs__aq_why(rs_async_t *as, rs_request_t *rq, int rc);
+/* What a deadline or a cancel ends rq with (ECANCELED if cancelled or closing, else
+ * ETIMEDOUT), its message set. */
+int rs__aq_stop_rc(rs_async_t *as, rs_request_t *rq);
+/* rq's grant is to be given back ("rel"), then done(rc): rq->undo_rc = rc, and rq->err
+ * this thread's message if note (else NULL: rs__aq_why's at the end). */
+void rs__aq_set_undo(rs_request_t *rq, int rc, int note);
+/* What a given-back grant ends with: undo_rc with its noted message, or ECANCELED. */
+int rs__aq_undone(rs_async_t *as, rs_request_t *rq);
 void rs__aq_finish_hold(rs_async_t *as, rs_request_t *rq, int rc); /* a release ended */
 void rs__aq_fail(rs_async_t *as, rs_request_t *rq, int rc);
 void rs__aq_want_send(rs_async_t *as, rs_request_t *rq, int op);

@@ -102,12 +102,14 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
         if (keep[i])
             rs__rl_keep_late(c, i, keep[i]);
     int err = 0;
+    unsigned answered = 0; /* (all with an integer when no error came) */
     for (int i = 0; i < n; i++) {
         redisReply *r = rep[i];
         if (!r)
             continue;
         if (r->type == REDIS_REPLY_INTEGER) {
             t->answered++;
+            answered |= 1u << i;
             if (r->integer >= 1)
                 t->pos++;
             else
@@ -125,8 +127,7 @@ int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_ar
         return 0;
     if (err)
         return err;
-    return rs__fail(c, RS_ECONN, "only %d of %d redlock masters answered within %ld ms (a "
-                    "quorum is %d)", t->answered, n, c->timeout_ms, q);
+    return rs__rl_noquorum(c, t->answered, answered);
 }
 
 int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_t *t)
@@ -229,8 +230,7 @@ static int rl_acquiring(rs_call_t *k, const char *op, const char *mode, int retr
         if (verdict == RS_RL_NOQUORUM) {
             rs__rl_log_round(c, k->h, op, k->rl_attempt, &vt, validity, "no quorum answered", -1);
             if (!retry || rs__rl_ms_left(end) <= 0)
-                return rs__fail(c, RS_ECONN, "only %d of %d redlock masters answered within %ld "
-                                "ms (a quorum is %d)", vt.answered, n, c->timeout_ms, q);
+                return rs__rl_noquorum(c, vt.answered, vt.gmask | vt.mmask | vt.bmask);
             if (atomic_load(&c->closing))
                 return rs__fail(c, ECANCELED, "the client is closing");
             long nap = rs__rl_backoff_ms(lease), l2 = rs__rl_ms_left(end);

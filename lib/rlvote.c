@@ -151,3 +151,18 @@ void rs__rl_log_round(rs_client_t *c, const rs_handle_t *h, const char *op, unsi
             h->kind, RS_HNAME(h), op, attempt, per, v->busy_ttl, validity, what,
             ms >= 0 ? " " : "", ms, ms >= 0 ? " ms" : "");
 }
+
+int rs__rl_noquorum(rs_client_t *c, int answered, unsigned amask)
+{
+    char who[320] = "";
+    size_t at = 0;
+    for (int i = 0; i < c->ep.nseeds && at < sizeof who; i++)
+        if (amask & (1u << i)) {
+            int w = snprintf(who + at, sizeof who - at, "%s%s:%d", at ? ", " : "",
+                             c->ep.seeds[i].host, c->ep.seeds[i].port);
+            at += w > 0 ? (size_t)w : 0;
+        }
+    return rs__fail(c, RS_ECONN, "only %d of %d redlock masters answered within %ld ms (a quorum "
+                    "is %d; answered: %s)", answered, c->ep.nseeds, c->timeout_ms,
+                    rs__rl_quorum(c), amask ? who : "none");
+}

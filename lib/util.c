@@ -91,6 +91,16 @@ void rs__clear_error(void)
     rs_tls_error[0] = '\0';
 }
 
+const char *rs__error_text(void)
+{
+    return rs_tls_error;
+}
+
+void rs__error_set(const char *text)
+{
+    snprintf(rs_tls_error, sizeof rs_tls_error, "%s", text);
+}
+
 RS_API const char *rs_client_lasterror(rs_client_t *c)
 {
     (void)c;

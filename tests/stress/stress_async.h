@@ -204,6 +204,11 @@ static inline ctx_t *ctx_new(client_t *cl, int name, int kind)
 
 static inline void once(ctx_t *x, int rc)
 {
+    /* rs_client_lasterror() inside done: this request's message (made on the I/O thread,
+     * read here), "" for a success */
+    const char *text = rs_client_lasterror(NULL);
+    if ((rc == 0) != (text[0] == '\0'))
+        FAILF("client %d: done(%d) of a kind %d request reads \"%s\"", x->cl, rc, x->kind, text);
     atomic_store(&x->rc, rc);
     int n = atomic_fetch_add(&x->ndone, 1);
     if (n != 0)
