@@ -113,118 +113,105 @@ Test(async_err, ok_is_empty)
     ts_server_stop(&s);
 }
 
-/* c2 holds name (its hold in *h); m is name on c. */
-static rs_mutex_t *held(rs_client_t *c, rs_client_t *c2, const char *name, rs_mutex_t **m2,
-                        rs_hold_t **h)
+/* A server of its own, a name that client c2 holds (lease c2_lease_ms; its hold h, its
+ * handle m2) and the same name on client c (handle m), both with timeout_ms. */
+typedef struct contest {
+    ts_server_t s;
+    rs_client_t *c, *c2;
+    rs_mutex_t *m, *m2;
+    rs_hold_t *h;
+} contest_t;
+
+static void contest_up(contest_t *t, const char *name, long c2_lease_ms, long timeout_ms)
 {
-    return mutex_held_by(c, c2, name, m2, h);
+    tu_start_server(&t->s);
+    t->c = tu_open_client(&t->s, 3000, timeout_ms, NULL);
+    t->c2 = tu_open_client(&t->s, c2_lease_ms, timeout_ms, NULL);
+    t->m = mutex_held_by(t->c, t->c2, name, &t->m2, &t->h);
+}
+
+/* c2's hold released (it must return 0 if must_release), everything closed (c unless the
+ * test closed it and set it NULL), the server stopped. */
+static void contest_down(contest_t *t, int must_release)
+{
+    int rc = rs_hold_release(t->h);
+    if (must_release)
+        cr_assert_eq(rc, 0);
+    rs_mutex_destroy(t->m);
+    rs_mutex_destroy(t->m2);
+    rs_client_close(t->c2);
+    if (t->c)
+        rs_client_close(t->c);
+    ts_server_stop(&t->s);
 }
 
 Test(async_err, deadline_names_it)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 3000, 2000, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 30000, 2000, NULL);
-    rs_mutex_t *m2;
-    rs_hold_t *h;
-    rs_mutex_t *m = held(c, c2, "e-deadline", &m2, &h);
+    contest_t t;
+    contest_up(&t, "e-deadline", 30000, 2000);
     seen_t o = {0};
     rs_request_t *req;
     struct timespec dl = tu_abs_in(300);
-    set_prior(c);
-    cr_assert_eq(rs_mutex_acquire_async(m, &dl, seen_done, &o, &req), 0);
-    wait_done(c, &o);
-    expect_prior(c);
+    set_prior(t.c);
+    cr_assert_eq(rs_mutex_acquire_async(t.m, &dl, seen_done, &o, &req), 0);
+    wait_done(t.c, &o);
+    expect_prior(t.c);
     expect_text(&o, ETIMEDOUT, "deadline passed");
     cr_expect_not_null(strstr(o.text, "e-deadline"), "no name in \"%s\"", o.text);
-    cr_assert_eq(rs_hold_release(h), 0);
-    rs_mutex_destroy(m);
-    rs_mutex_destroy(m2);
-    rs_client_close(c2);
-    rs_client_close(c);
-    ts_server_stop(&s);
+    contest_down(&t, 1);
 }
 
 Test(async_err, cancel_says_so)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 3000, 2000, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 30000, 2000, NULL);
-    rs_mutex_t *m2;
-    rs_hold_t *h;
-    rs_mutex_t *m = held(c, c2, "e-cancel", &m2, &h);
+    contest_t t;
+    contest_up(&t, "e-cancel", 30000, 2000);
     seen_t o = {0};
     rs_request_t *req;
-    cr_assert_eq(rs_mutex_acquire_async(m, NULL, seen_done, &o, &req), 0);
-    cr_assert(tu_wait_zcard(&s, "mutex", "e-cancel", 1, 5000), "the request did not queue");
+    cr_assert_eq(rs_mutex_acquire_async(t.m, NULL, seen_done, &o, &req), 0);
+    cr_assert(tu_wait_zcard(&t.s, "mutex", "e-cancel", 1, 5000), "the request did not queue");
     cr_assert_eq(rs_request_cancel(req), 0);
-    set_prior(c);
-    wait_done(c, &o);
-    expect_prior(c);
+    set_prior(t.c);
+    wait_done(t.c, &o);
+    expect_prior(t.c);
     expect_text(&o, ECANCELED, "rs_request_cancel");
     cr_expect_not_null(strstr(o.text, "e-cancel"), "no name in \"%s\"", o.text);
-    cr_assert_eq(rs_hold_release(h), 0);
-    rs_mutex_destroy(m);
-    rs_mutex_destroy(m2);
-    rs_client_close(c2);
-    rs_client_close(c);
-    ts_server_stop(&s);
+    contest_down(&t, 1);
 }
 
 Test(async_err, close_says_so)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 3000, 2000, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 30000, 2000, NULL);
-    rs_mutex_t *m2;
-    rs_hold_t *h;
-    rs_mutex_t *m = held(c, c2, "e-close", &m2, &h);
+    contest_t t;
+    contest_up(&t, "e-close", 30000, 2000);
     seen_t o = {0};
     rs_request_t *req;
-    cr_assert_eq(rs_mutex_acquire_async(m, NULL, seen_done, &o, &req), 0);
-    cr_assert(tu_wait_zcard(&s, "mutex", "e-close", 1, 5000), "the request did not queue");
-    cr_assert_eq(rs_client_close(c), 0);
+    cr_assert_eq(rs_mutex_acquire_async(t.m, NULL, seen_done, &o, &req), 0);
+    cr_assert(tu_wait_zcard(&t.s, "mutex", "e-close", 1, 5000), "the request did not queue");
+    cr_assert_eq(rs_client_close(t.c), 0);
+    t.c = NULL;
     cr_assert_eq(o.ran, 1, "done did not run inside the close");
     expect_text(&o, ECANCELED, "rs_client_close");
-    cr_assert_eq(rs_hold_release(h), 0);
-    rs_mutex_destroy(m);
-    rs_mutex_destroy(m2);
-    rs_client_close(c2);
-    ts_server_stop(&s);
+    contest_down(&t, 1);
 }
 
 Test(async_err, server_killed)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 3000, 500, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 1000, 500, NULL);
-    rs_mutex_t *m2;
-    rs_hold_t *h;
-    rs_mutex_t *m = held(c, c2, "e-killed", &m2, &h);
+    contest_t t;
+    contest_up(&t, "e-killed", 1000, 500);
     seen_t o = {0};
     rs_request_t *req;
-    cr_assert_eq(rs_mutex_acquire_async(m, NULL, seen_done, &o, &req), 0);
-    cr_assert(tu_wait_zcard(&s, "mutex", "e-killed", 1, 5000), "the request did not queue");
-    ts_server_kill(&s); /* SIGKILL by pid: the request waits on a dead server */
-    set_prior(c);
-    wait_done(c, &o);
-    expect_prior(c);
+    cr_assert_eq(rs_mutex_acquire_async(t.m, NULL, seen_done, &o, &req), 0);
+    cr_assert(tu_wait_zcard(&t.s, "mutex", "e-killed", 1, 5000), "the request did not queue");
+    ts_server_kill(&t.s); /* SIGKILL by pid: the request waits on a dead server */
+    set_prior(t.c);
+    wait_done(t.c, &o);
+    expect_prior(t.c);
     cr_log_info("done(%d): \"%s\"", o.rc, o.text);
     cr_expect_eq(o.rc, RS_ECONN, "rc %d (%s)", o.rc, o.text);
     char addr[64];
-    snprintf(addr, sizeof addr, "%s:%d", TS_HOST, s.port);
+    snprintf(addr, sizeof addr, "%s:%d", TS_HOST, t.s.port);
     cr_expect(strstr(o.text, addr) || strstr(o.text, "connection"),
               "inside done: \"%s\" names neither %s nor the connection", o.text, addr);
-    rs_hold_release(h); /* RS_ELOST or RS_ECONN: the server is gone */
-    rs_mutex_destroy(m);
-    rs_mutex_destroy(m2);
-    rs_client_close(c2);
-    rs_client_close(c);
-    ts_server_stop(&s);
+    contest_down(&t, 0); /* the release: RS_ELOST or RS_ECONN, the server is gone */
 }
 
 Test(async_err, release_of_lost_hold)
@@ -254,55 +241,35 @@ Test(async_err, release_of_lost_hold)
 
 Test(async_err, busy_past_deadline)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 3000, 2000, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 30000, 2000, NULL);
-    rs_mutex_t *m2;
-    rs_hold_t *h;
-    rs_mutex_t *m = held(c, c2, "e-busy", &m2, &h);
+    contest_t t;
+    contest_up(&t, "e-busy", 30000, 2000);
     seen_t o = {0};
     rs_request_t *req;
     struct timespec past = tu_abs_in(-1000);
-    set_prior(c);
-    cr_assert_eq(rs_mutex_acquire_async(m, &past, seen_done, &o, &req), 0);
-    wait_done(c, &o);
-    expect_prior(c);
+    set_prior(t.c);
+    cr_assert_eq(rs_mutex_acquire_async(t.m, &past, seen_done, &o, &req), 0);
+    wait_done(t.c, &o);
+    expect_prior(t.c);
     expect_text(&o, EBUSY, "busy");
-    cr_assert_eq(rs_hold_release(h), 0);
-    rs_mutex_destroy(m);
-    rs_mutex_destroy(m2);
-    rs_client_close(c2);
-    rs_client_close(c);
-    ts_server_stop(&s);
+    contest_down(&t, 1);
 }
 
 Test(async_err, cancel_after_completion)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 3000, 2000, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 30000, 2000, NULL);
-    rs_mutex_t *m2;
-    rs_hold_t *h;
-    rs_mutex_t *m = held(c, c2, "e-late-cancel", &m2, &h);
+    contest_t t;
+    contest_up(&t, "e-late-cancel", 30000, 2000);
     seen_t o = {0};
     rs_request_t *req;
     struct timespec past = tu_abs_in(-1000);
-    cr_assert_eq(rs_mutex_acquire_async(m, &past, seen_done, &o, &req), 0);
+    cr_assert_eq(rs_mutex_acquire_async(t.m, &past, seen_done, &o, &req), 0);
     /* EBUSY is queued for dispatch; the cancel turns it into ECANCELED, and its message */
-    cr_assert(wait_readable(c, 10000), "no completion queued");
+    cr_assert(wait_readable(t.c, 10000), "no completion queued");
     cr_assert_eq(rs_request_cancel(req), 0);
-    set_prior(c);
-    wait_done(c, &o);
-    expect_prior(c);
+    set_prior(t.c);
+    wait_done(t.c, &o);
+    expect_prior(t.c);
     expect_text(&o, ECANCELED, "rs_request_cancel");
-    cr_assert_eq(rs_hold_release(h), 0);
-    rs_mutex_destroy(m);
-    rs_mutex_destroy(m2);
-    rs_client_close(c2);
-    rs_client_close(c);
-    ts_server_stop(&s);
+    contest_down(&t, 1);
 }
 
 /* Two requests, a deadline and a cancel: whether both completions came in one dispatch. */
@@ -334,27 +301,19 @@ static int two_round(rs_client_t *c, const ts_server_t *s, rs_mutex_t *ma, rs_mu
 
 Test(async_err, two_in_one_dispatch)
 {
-    ts_server_t s;
-    tu_start_server(&s);
-    rs_client_t *c = tu_open_client(&s, 3000, 2000, NULL);
-    rs_client_t *c2 = tu_open_client(&s, 30000, 2000, NULL);
-    rs_mutex_t *ma2, *mb2;
-    rs_hold_t *ha, *hb;
-    rs_mutex_t *ma = held(c, c2, "e-two-a", &ma2, &ha);
-    rs_mutex_t *mb = held(c, c2, "e-two-b", &mb2, &hb);
+    contest_t t;
+    contest_up(&t, "e-two-a", 30000, 2000);
+    rs_mutex_t *mb2;
+    rs_hold_t *hb;
+    rs_mutex_t *mb = mutex_held_by(t.c, t.c2, "e-two-b", &mb2, &hb);
     int both = 0;
     for (int i = 0; i < 5 && !both; i++)
-        both = two_round(c, &s, ma, mb);
+        both = two_round(t.c, &t.s, t.m, mb);
     cr_expect(both, "the two completions never came in one dispatch");
-    cr_assert_eq(rs_hold_release(ha), 0);
     cr_assert_eq(rs_hold_release(hb), 0);
-    rs_mutex_destroy(ma);
     rs_mutex_destroy(mb);
-    rs_mutex_destroy(ma2);
     rs_mutex_destroy(mb2);
-    rs_client_close(c2);
-    rs_client_close(c);
-    ts_server_stop(&s);
+    contest_down(&t, 1);
 }
 
 Test(async_err, redlock_no_quorum)
