@@ -58,7 +58,8 @@ static void released_cb(int rc, rs_hold_t *hold, void *arg)
     (void)hold;
     released++;
     if (rc != 0) {
-        fprintf(stderr, "request %d: release: %s\n", r->id, rs_strerror(rc));
+        fprintf(stderr, "request %d: release: %s: %s\n", r->id, rs_strerror(rc),
+                rs_client_lasterror(NULL)); /* this request's message */
         failures++;
     }
 }
@@ -68,7 +69,7 @@ static void granted(int rc, rs_hold_t *hold, void *arg)
     request_t *r = arg;
     account_t *a = r->acct;
     if (rc != 0) {
-        fprintf(stderr, "request %d: %s\n", r->id, rs_strerror(rc));
+        fprintf(stderr, "request %d: %s: %s\n", r->id, rs_strerror(rc), rs_client_lasterror(NULL));
         failures++;
         released++; /* nothing to release */
         return;

@@ -115,7 +115,8 @@ static void job_released(int rc, rs_hold_t *hold, void *arg)
     (void)hold;
     released_n++;
     if (rc != 0)
-        fprintf(stderr, "uv_lock: job %d: release: %s\n", j->id, rs_strerror(rc)), failures++;
+        fprintf(stderr, "uv_lock: job %d: release: %s: %s\n", j->id, rs_strerror(rc),
+                rs_client_lasterror(NULL)), failures++;
     maybe_finish();
 }
 
@@ -137,7 +138,8 @@ static void job_granted(int rc, rs_hold_t *hold, void *arg)
     job_t *j = arg;
     lockname_t *ln = j->ln;
     if (rc != 0) {
-        fprintf(stderr, "uv_lock: job %d: %s\n", j->id, rs_strerror(rc));
+        fprintf(stderr, "uv_lock: job %d: %s: %s\n", j->id, rs_strerror(rc),
+                rs_client_lasterror(NULL)); /* inside done: this request's message */
         failures++;
         released_n++; /* nothing to release */
         maybe_finish();
