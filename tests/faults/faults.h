@@ -164,6 +164,10 @@ static inline long rnd_range(uint64_t *s, long lo, long hi) /* [lo, hi] */
  *   sec            list of section records (see worker.c, rec_section)
  *   ev             list of in-section fault events "K|S SLOT T NAME FENCE [PENDING]"
  *                  (PENDING: an event-loop worker's requests pending at the fault)
+ *   flt            the driver's fault log "KIND M|W TARGET T0 T1": KIND a fault_t, M a
+ *                  server fault on Redlock master (Cluster node) TARGET, W a process fault
+ *                  on slot TARGET; [T0, T1] when it acted (a restart: down to up; PAUSE and
+ *                  DEBUG SLEEP: their length; a stop: SIGSTOP to SIGCONT; kills: T0 = T1)
  *   lat            list of latch records "D|W ROUND SLOT T0 T1 RC"
  *   onc            once: "SLOT GEN ROUND T_CALL T_RET RAN", one per call that returned 0
  *   bar            barrier: "SLOT GEN T_CALL T_RET RC G0 G1" per wait (G0, G1: the
