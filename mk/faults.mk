@@ -8,9 +8,11 @@
 #                      (with appendfsync always, and without persistence), stalled (CLIENT
 #                      PAUSE, DEBUG SLEEP) and connections are dropped (CLIENT KILL); the
 #                      invariants of docs testing.md (I1-I7; I8-I10 for once, barrier and
-#                      cond: docs/reliability.md) are checked on a separate checker
-#                      redis-server. Prints a table; fails on any violation or lack of
-#                      progress. About 4.5 minutes on 2 cores (4 with the machine to itself).
+#                      cond, and "lost?" under Redlock: every RS_ELOST explained by a
+#                      fault, tests/faults/check_lost.c: docs/reliability.md) are checked
+#                      on a separate checker redis-server. Prints a table; fails on any
+#                      violation or lack of progress. About 4.5 minutes on 2 cores (4 with
+#                      the machine to itself).
 #
 # Knobs: FAULTS_ARGS, e.g. FAULTS_ARGS='--only mutex-lose --seed 7 --verbose' (--list names
 # the scenarios; --scale PCT shortens or lengthens the fault phases); FAULTS_SEED (the

@@ -23,10 +23,15 @@
  *       a restart without persistence got RS_ELOST (or, if its unlock could not reach Redis,
  *       at least on_lost); a worker that exited cleanly saw as many on_lost calls as RS_ELOST
  *   I7  sockets to the data server left after rs_client_close (keys: main.c, scan_ttls)
+ *   lost?  under Redlock (not --net), every hold reported lost (unlock RS_ELOST, or on_lost
+ *       during the section) is explained by a fault of the driver's log ("flt"): a stop of
+ *       its own process around it, or a server fault on any master begun after its grant
+ *       round could have begun and before its unlock returned (check_lost.c)
  *   live, api: recorded by the workers themselves (lists "live" and "api"); under Redlock,
  *       a lock call that timed out is judged here against the name's sections (check_waits)
  * Sections whose unlock returned RS_ELOST (or RS_ECONN) are excused from I1 and I3: the
- * library told their holders that exclusion may have been broken. They are counted.
+ * library told their holders that exclusion may have been broken. They are counted (and
+ * under Redlock each RS_ELOST must be explained by a fault: "lost?" above).
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -728,6 +733,8 @@ void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
     }
     freeReplyObject(x);
     qsort(r->takeover, (size_t)r->ntakeover, sizeof *r->takeover, cmp_i64);
+    if (sc->redlock && !sc->net)
+        check_lost(ck, sc, r, verbose);
     free(p);
     free(s);
 }

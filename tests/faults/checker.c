@@ -26,7 +26,7 @@ const char *const fault_names[F_COUNT] = {
 };
 
 const char *const viol_names[V_COUNT] = {"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9",
-                                           "I10", "live", "api"};
+                                           "I10", "lost?", "live", "api"};
 
 const char CK_FREAD[] =
     "local hi = tonumber(redis.call('GET', KEYS[1]) or '0')\n"

@@ -35,6 +35,7 @@ typedef struct slot {
     int kill_sent;     /* the driver sent SIGKILL */
     int done;          /* exited 0 after stop */
     int crashes;       /* unexpected exits: after 3, the slot is not replaced any more */
+    int64_t stop_t;    /* when the driver stopped it (or saw it stopped itself) */
 } slot_t;
 
 typedef struct run {
@@ -90,6 +91,8 @@ int nstopped(run_t *R);
 /* A random live slot that satisfies the filter, or -1. */
 int pick_slot(run_t *R, int need_outside, int min_slot);
 
+/* schedule.c: the fault log on the checker (list "flt", faults.h: check_lost.c reads it) */
+void flt_note(run_t *R, int kind, char who, int target, int64_t t0, int64_t t1);
 /* schedule.c: injects one fault of the scenario's kinds; the kind, or -1 if none applied now */
 int inject(run_t *R);
 

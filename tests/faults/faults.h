@@ -164,6 +164,10 @@ static inline long rnd_range(uint64_t *s, long lo, long hi) /* [lo, hi] */
  *   sec            list of section records (see worker.c, rec_section)
  *   ev             list of in-section fault events "K|S SLOT T NAME FENCE [PENDING]"
  *                  (PENDING: an event-loop worker's requests pending at the fault)
+ *   flt            the driver's fault log "KIND M|W TARGET T0 T1": KIND a fault_t, M a
+ *                  server fault on Redlock master (Cluster node) TARGET, W a process fault
+ *                  on slot TARGET; [T0, T1] when it acted (a restart: down to up; PAUSE and
+ *                  DEBUG SLEEP: their length; a stop: SIGSTOP to SIGCONT; kills: T0 = T1)
  *   lat            list of latch records "D|W ROUND SLOT T0 T1 RC"
  *   onc            once: "SLOT GEN ROUND T_CALL T_RET RAN", one per call that returned 0
  *   bar            barrier: "SLOT GEN T_CALL T_RET RC G0 G1" per wait (G0, G1: the
@@ -207,6 +211,8 @@ enum {
     V_I10,    /* cond: an item consumed twice, lost, consumed out of order or never
                  produced; the buffer above its capacity; a consumption outside a recorded
                  section of its (surviving) worker */
+    V_LOST,   /* Redlock: a hold reported lost (RS_ELOST, on_lost) with no fault around it
+                 that can explain it (check_lost.c) */
     V_LIVE,   /* no progress in a phase; a waiter that did not get through */
     V_API,    /* a return code the API does not allow there; a worker crash */
     V_COUNT
@@ -277,6 +283,10 @@ typedef struct restart_win {
  * violation (the first ones of each kind in full). */
 void check_scenario(redisContext *ck, const scenario_t *sc, result_t *r,
                     const restart_win_t *restarts, int nrestarts, int verbose);
+/* Redlock (check_lost.c): every hold reported lost is explained by a fault of the driver's
+ * log (the checker's "flt"): a stop of its own process around it, or a server fault begun
+ * after its grant round could begin and before its unlock returned; else V_LOST */
+void check_lost(redisContext *ck, const scenario_t *sc, result_t *r, int verbose);
 /* barrier: every tripped generation in the data server's record of counted arrivals
  * (PREFIX:{B}:barrier:out) has PARTIES arrivals and one serial (I9) */
 void check_barrier_record(int data_port, const scenario_t *sc, result_t *r);

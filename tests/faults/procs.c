@@ -94,6 +94,7 @@ void reap(run_t *R)
         if (WIFSTOPPED(st)) {
             if (s->stopped == 0) { /* the worker stopped itself inside its section */
                 s->stopped = 2;
+                s->stop_t = now;
                 s->cont_at = now + rnd_range(&R->rng, R->sc->lease_ms * 3 / 2, R->sc->lease_ms * 3) * 1000;
                 s->cmd = 0;
                 if (g_verbose)
@@ -134,6 +135,7 @@ void reap(run_t *R)
         slot_t *s = &R->slot[i];
         if (s->pid > 0 && s->stopped && s->cont_at <= now) {
             kill(s->pid, SIGCONT);
+            flt_note(R, s->stopped == 2 ? F_STOP_HOLDER : F_STOP_ANY, 'W', i, s->stop_t, now);
             s->stopped = 0;
         }
     }

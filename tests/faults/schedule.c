@@ -9,6 +9,14 @@
 
 #include "driver.h"
 
+void flt_note(run_t *R, int kind, char who, int target, int64_t t0, int64_t t1)
+{
+    char rec[96];
+    snprintf(rec, sizeof rec, "%d %c %d %lld %lld", kind, who, target, (long long)t0,
+             (long long)t1);
+    freeReplyObject(ck_cmd(R->ck, "RPUSH flt %s", rec));
+}
+
 /* The server a server fault hits, and the driver's connection to it: the data server, or
  * under Redlock or Cluster one of the three masters at random. */
 static ts_server_t *fault_target(run_t *R, redisContext ***conn, int *which)
@@ -95,6 +103,7 @@ int inject(run_t *R)
             note_pending(R, k, i);
             R->slot[i].kill_sent = 1;
             kill(R->slot[i].pid, SIGKILL);
+            flt_note(R, k, 'W', i, now, now);
             R->res->faults[k]++;
             return k;
         case F_STOP_ANY:
@@ -106,6 +115,7 @@ int inject(run_t *R)
                      (long long)(R->slot[i].cont_at - now) / 1000);
             note_pending(R, k, i);
             kill(R->slot[i].pid, SIGSTOP);
+            R->slot[i].stop_t = now; /* (logged at its SIGCONT: procs.c, reap) */
             R->res->faults[k]++;
             return k;
         case F_RESTART_AOF:
@@ -127,6 +137,7 @@ int inject(run_t *R)
             snprintf(R->last_detail + dl, sizeof R->last_detail - dl, " (down %.0f ms)",
                      (double)(w->up - w->down) / 1e3);
             R->server_busy_until = w->up + 300000;
+            flt_note(R, k, 'M', m, w->down, w->up);
             R->res->faults[k]++;
             return k;
         }
@@ -137,6 +148,7 @@ int inject(run_t *R)
             size_t dl = strlen(R->last_detail);
             snprintf(R->last_detail + dl, sizeof R->last_detail - dl, " %ld ms", ms);
             R->server_busy_until = now + ms * 1000 + 200000;
+            flt_note(R, k, 'M', m, now, now + ms * 1000);
             R->res->faults[k]++;
             return k;
         }
@@ -150,6 +162,7 @@ int inject(run_t *R)
             snprintf(R->last_detail + dl, sizeof R->last_detail - dl, " %ld ms", ms);
             R->pending_until = now + ms * 1000 + 100000;
             R->server_busy_until = now + ms * 1000 + 200000;
+            flt_note(R, k, 'M', m, now, now + ms * 1000);
             R->res->faults[k]++;
             return k;
         }
@@ -164,6 +177,7 @@ int inject(run_t *R)
             if (rc != 0)
                 continue;
             R->server_busy_until = now + 100000;
+            flt_note(R, k, 'M', m, now, now_us());
             R->res->faults[k]++;
             return k;
         }
@@ -173,6 +187,7 @@ int inject(run_t *R)
                 continue;
             snprintf(R->last_detail, sizeof R->last_detail, " (asked of sentinel %d)", si);
             R->server_busy_until = now + 14000000;
+            flt_note(R, k, 'M', si, now, now);
             R->res->faults[k]++;
             return k;
         }

@@ -15,8 +15,9 @@
  *     "net:ID": hold on until the driver heals the network cut it made (net.c, --net)
  *   a short hold; fenced write counter+1 under the token (compare-and-set on the checker)
  *   t_rel; unlock (rmutex: as many times as locked; after RS_ELOST one more must be EPERM)
- *   record "SLOT GEN NAME FENCE T_ACQ T_REL RC RD WR PERMITS MODE ONLOST T_REQ T_LOST" and
- *   leave (T_REQ: the lock call; T_LOST: the first on_lost of the section, 0 if none)
+ *   record "SLOT GEN NAME FENCE T_ACQ T_REL RC RD WR PERMITS MODE ONLOST T_REQ T_LOST T_END"
+ *   and leave (T_REQ: the lock call; T_LOST: the first on_lost of the section, 0 if none;
+ *   T_END: when the unlock returned)
  *
  * Readers of the rwlock and semaphore holders do no fenced ops (their tokens are not exposed
  * or not exclusive); their exclusion is checked from the recorded intervals. The latch
@@ -471,6 +472,7 @@ static long long section(worker_t *w)
         wr = rd == 1 ? ck_fwrite(w, name, fence, v) : 0;
     int64_t t_rel = now_us();
     rc = fake ? 0 : prim_unlock(w, ni, depth, permits, name);
+    int64_t t_end = now_us(); /* the release round is over (check_lost.c) */
     w->last_unlock_rc[ni] = rc, w->last_unlock_t[ni] = now_us();
     if (rc == RS_ECONN)
         w->last_econn[ni] = now_us();
@@ -483,10 +485,10 @@ static long long section(worker_t *w)
                     rs_client_lasterror(w->c));
     }
     char rec[256];
-    snprintf(rec, sizeof rec, "%d %d %s %llu %lld %lld %d %d %d %u %c %ld %lld %lld", w->slot,
-             w->gen, name, (unsigned long long)fence, (long long)t_acq, (long long)t_rel, rc, rd,
-             wr, permits, mode, atomic_load(&g_onlost) - onl0, (long long)t_req,
-             (long long)atomic_load(&g_lost_t));
+    snprintf(rec, sizeof rec, "%d %d %s %llu %lld %lld %d %d %d %u %c %ld %lld %lld %lld",
+             w->slot, w->gen, name, (unsigned long long)fence, (long long)t_acq,
+             (long long)t_rel, rc, rd, wr, permits, mode, atomic_load(&g_onlost) - onl0,
+             (long long)t_req, (long long)atomic_load(&g_lost_t), (long long)t_end);
     long long stop = ck_leave(w, rec);
     sleep_us(rnd_range(&w->rng, 0, 15) * 1000);
     return stop;

@@ -22,7 +22,8 @@
  * raise(SIGSTOP)); the fenced read under the token; a short hold (1-4 ms, on the loop's
  * timer: the loop keeps dispatching meanwhile); the fenced write; t_rel; then
  * rs_hold_release_async, whose done(rc) records the section with rc ("SLOT GEN NAME FENCE
- * T_ACQ T_REL RC RD WR 1 x ONLOST T_REQ 0", ONLOST: on_lost calls for the name during it),
+ * T_ACQ T_REL RC RD WR 1 x ONLOST T_REQ 0 T_END", ONLOST: on_lost calls for the name during
+ * it, T_END: when done ran),
  * so the checker's I1-I4 and I6 treat it as any section. done must run exactly once per
  * request, with a hold iff rc is 0, and a code its kind allows (else an API violation).
  *
@@ -100,10 +101,11 @@ static void done_rel(int rc, rs_hold_t *hold, void *arg)
                     rs_strerror(rc));
     }
     char rec[256];
-    snprintf(rec, sizeof rec, "%d %d %s %llu %lld %lld %d %d %d 1 x %ld %lld 0", w->slot,
+    snprintf(rec, sizeof rec, "%d %d %s %llu %lld %lld %d %d %d 1 x %ld %lld 0 %lld", w->slot,
              w->gen, name, (unsigned long long)q->fence, (long long)q->t_acq,
              (long long)q->t_rel, rc, q->rd, q->wr,
-             atomic_load(&g_onlost_name[q->ni]) - q->onl0, (long long)q->t_req);
+             atomic_load(&g_onlost_name[q->ni]) - q->onl0, (long long)q->t_req,
+             (long long)now_us());
     redisAppendCommand(w->ck, "DEL in:%d", w->slot);
     redisAppendCommand(w->ck, "RPUSH sec %s", rec);
     redisAppendCommand(w->ck, "INCR n:%d", w->slot);
