@@ -70,7 +70,13 @@
 #                     semaphore (1 permit), and the raw FIFO floor's, with the Redis calls
 #                     inside scripts per contended acquisition and the ratios to the floor and
 #                     the mutex (about 60 s; independent of the machine's load);
-#                     INSTR_ARGS='--n1 400 --n2 1600 --only mutex,rwlock,sem --script mutex=FILE'
+#                     INSTR_ARGS='--n1 400 --n2 1600 --only mutex,rwlock,sem --script mutex=FILE';
+#                     INSTR_ARGS='--breakdown mutex --redis-server PATH': where the instructions
+#                     of one contended acquisition and of the floor's go (the EVALSHA's parts,
+#                     each command, Lua VM / strings / tables / allocator ...; bench/instr/
+#                     breakdown.py); PATH from `sh bench/instr/redis-syms.sh`, which builds
+#                     Debian's redis-server from its source package with symbols (Debian's
+#                     binary is stripped: its Lua internals count as "no symbol")
 #
 # Knobs: STORM_ARGS, e.g. STORM_ARGS='--procs "2 8" --seconds 1 --only mutex'; PEERS_ONLY;
 # MEMORY_ARGS (default '1000000 4': cycles, threads).

@@ -2,6 +2,7 @@
 """instr.py - the server's instructions per contended acquisition, counted with callgrind.
 
 Usage: python3 bench/instr/instr.py [--n1 N] [--n2 N] [--only mutex,rwlock,sem]
+       python3 bench/instr/instr.py --breakdown mutex [--redis-server PATH]
        (make bench-instr; INSTR_ARGS passes these)
 
 One redis-server runs under `valgrind --tool=callgrind`. This program sends it, over one
@@ -24,6 +25,18 @@ Repeated runs differ by about 1% (Lua's GC steps, hash seeds); the figure does n
 the machine's load, unlike the storm's server time. Redis calls inside scripts per contended
 acquisition come from INFO commandstats (every command but EVALSHA and this program's own)
 over the N2 run of the contended cycle.
+
+--breakdown PRIM runs only the floor's and PRIM's contended cycles, on two servers: one
+counting everything, one under --toggle-collect=scriptCall (nothing counted inside the Redis
+commands that scripts call); bench/instr/breakdown.py turns the N1 and N2 runs' dumps into
+tables per contended acquisition: inclusive costs of the EVALSHA's parts (client I/O and
+dispatch, the EVALSHA around the script, luaCallFunction around lua_pcall, redis.call's glue,
+scriptCall's checks, each command with its count, the script's own Lua), exclusive costs by
+function group (Lua VM, Lua strings, Lua tables/GC, script machinery, commands, data
+structures, allocator, libc, ...) outside and inside the scripts' commands, and the top
+functions. Debian's redis-server is stripped (only exported functions are named);
+bench/instr/redis-syms.sh builds the same version from Debian's source package, with
+symbols, for --redis-server.
 
 It prints one table; exit 0, or 1 on an error (the server does not start, a reply is not the
 one the workload expects, valgrind or callgrind_control missing).
@@ -161,9 +174,13 @@ class Conn:
         return r
 
 
+REDIS = ['redis-server']  # --redis-server PATH: another binary (bench/instr/redis-syms.sh)
+
+
 class Server:
-    def __init__(self, outdir, extra=()):
+    def __init__(self, outdir, extra=(), vg=()):
         self.outdir = outdir
+        self.runs = {}  # workload -> (N1 run's dump, N2 run's dump): measure()
         s = socket.socket()
         s.bind(('127.0.0.1', 0))
         self.port = s.getsockname()[1]
@@ -171,8 +188,8 @@ class Server:
         self.log = open(os.path.join(outdir, 'valgrind.log'), 'w')
         self.p = subprocess.Popen(
             ['valgrind', '--tool=callgrind',
-             '--callgrind-out-file=%s/cg.out' % outdir,
-             'redis-server', '--port', str(self.port), '--bind', '127.0.0.1',
+             '--callgrind-out-file=%s/cg.out' % outdir] + list(vg) +
+            [REDIS[0], '--port', str(self.port), '--bind', '127.0.0.1',
              '--save', '', '--appendonly', 'no'] + list(extra),
             stdout=subprocess.DEVNULL, stderr=self.log)
         for _ in range(300):
@@ -196,6 +213,7 @@ class Server:
             fail('callgrind_control --dump failed: %s' % r.stdout.strip())
         self.dumps += 1
         path = os.path.join(self.outdir, 'cg.out.%d' % self.dumps)
+        self.last = path
         for _ in range(100):
             if os.path.exists(path):
                 with open(path) as f:
@@ -280,6 +298,7 @@ def measure(srv, work, n1, n2):
     the Redis calls inside scripts per unit over the n2 run."""
     res = []
     calls = None
+    paths = []
     for n in (n1, n2):
         cmds = work(n)
         srv.c.call('CONFIG', 'RESETSTAT')
@@ -287,12 +306,14 @@ def measure(srv, work, n1, n2):
         replies = srv.c.pipe([c for c, _ in cmds])
         st = commandstats(srv.c)
         res.append(srv.dump())
+        paths.append(srv.last)
         check(replies, [w for _, w in cmds], work.__name__)
         calls = sum(v for k, v in st.items() if k not in OWN) / n
+    srv.runs[work.__name__] = paths
     return (res[1] - res[0]) / (n2 - n1), calls
 
 
-def prim_figures(srv, key, n1, n2):
+def prim_figures(srv, key, n1, n2, contended_only=False):
     # contended: 8 owners, owner 0 holds, 1..7 queued
     p = Prim(srv, key, 'instr:' + key)
     toks = ['%032x:%x' % (0xabc0 + i, i) for i in range(K)]  # lib/hold.c's owner tokens' shape
@@ -319,6 +340,8 @@ def prim_figures(srv, key, n1, n2):
     chk = srv.c.pipe([q.ev('acq', toks[h], acq_id(h, seq[h]))])[0]
     if not granted(chk):
         fail('%s: after the cycle owner %d does not hold (%r): not FIFO' % (key, h, chk))
+    if contended_only:
+        return {'calls': calls, 'contended': ci}
 
     u = Prim(srv, key, 'instr:%s:u' % key)
     useq = [0]
@@ -377,7 +400,16 @@ def main():
     ap.add_argument('--keep', action='store_true',
                     help='keep the callgrind dumps (one per run, in order; callgrind_annotate '
                          'reads them) and print their directory')
+    ap.add_argument('--breakdown', metavar='PRIM',
+                    help='where the contended acquisition of PRIM (mutex, rwlock, sem) and the '
+                         'floor\'s instructions go: inclusive costs of the script machinery\'s '
+                         'parts and of each command, exclusive costs by function group '
+                         '(two servers: a full run and one with --toggle-collect=scriptCall)')
+    ap.add_argument('--redis-server', metavar='PATH', default='redis-server',
+                    help='the redis-server binary (default: the one on PATH, Debian\'s); '
+                         'bench/instr/redis-syms.sh builds one with symbols')
     a = ap.parse_args()
+    REDIS[0] = a.redis_server
     for x in a.script:
         name, _, path = x.partition('=')
         if name not in ('mutex', 'rwlock', 'semaphore') or not os.path.isfile(path):
@@ -389,9 +421,13 @@ def main():
     for x in only:
         if x not in PRIMS:
             fail('unknown primitive %r (mutex, rwlock, sem)' % x)
-    for tool in ('valgrind', 'callgrind_control', 'redis-server'):
+    for tool in ('valgrind', 'callgrind_control', REDIS[0]):
         if not shutil.which(tool):
             fail('%s not found (scripts/deps.sh installs it)' % tool)
+    if a.breakdown:
+        if a.breakdown not in PRIMS:
+            fail('--breakdown %r: mutex, rwlock or sem' % a.breakdown)
+        return breakdown_main(a)
     t0 = time.time()
     outdir = tempfile.mkdtemp(prefix='rs-instr-')
     srv = Server(outdir, a.server_arg)
@@ -429,8 +465,50 @@ def main():
     return 0
 
 
+def breakdown_main(a):
+    """--breakdown PRIM: two servers, the floor's and PRIM's contended cycles in each; the
+    first counts everything, the second nothing inside scriptCall."""
+    import breakdown
+    t0 = time.time()
+    key, n = a.breakdown, a.n2 - a.n1
+    res = {}
+    for mode, vg in (('full', []), ('outside', ['--toggle-collect=scriptCall'])):
+        outdir = tempfile.mkdtemp(prefix='rs-instr-')
+        srv = Server(outdir, a.server_arg, vg)
+        try:
+            fl = floor_figures(srv, a.n1, a.n2)
+            pf = prim_figures(srv, key, a.n1, a.n2, contended_only=True)
+        finally:
+            srv.stop()
+        res[mode] = {
+            'floor': breakdown.per_unit(*breakdown.load(srv.runs['floor']), n),
+            key: breakdown.per_unit(*breakdown.load(srv.runs['contended']), n),
+            'calls': (fl['calls'], pf['calls']), 'fig': (fl['contended'], pf['contended'])}
+        if a.keep:
+            print('callgrind dumps (%s run) kept in %s' % (mode, outdir))
+        else:
+            shutil.rmtree(outdir, ignore_errors=True)
+    full, out = res['full'], res['outside']
+    path = shutil.which(REDIS[0]) or REDIS[0]
+    print('Where the server instructions go (callgrind; (I(%d) - I(%d)) / %d), %s, '
+          'redis-server %s' % (a.n2, a.n1, n, path, redis_version()))
+    print('%s contended acquisition: %.0f instructions, %.1f calls; raw floor: %.0f, %.1f calls '
+          '(%.2f x)' % (PRIMS[key]['label'], full['fig'][1], full['calls'][1], full['fig'][0],
+                        full['calls'][0], full['fig'][1] / full['fig'][0]))
+    if not any(fn == 'luaV_execute' for (_, fn) in full[key]['self']):
+        print('NOTE: %s has no symbols for Lua\'s internals and the static functions '
+              '(luaV_execute not found): they count as "no symbol"; '
+              'bench/instr/redis-syms.sh builds a binary with them' % path)
+    breakdown.report('raw FIFO floor, rel + acq', full['floor'], out['floor'],
+                     'contended acquisition')
+    breakdown.report('%s, rel + acq' % PRIMS[key]['label'], full[key], out[key],
+                     'contended acquisition')
+    print('\n%.0f s.' % (time.time() - t0))
+    return 0
+
+
 def redis_version():
-    r = subprocess.run(['redis-server', '--version'], stdout=subprocess.PIPE, text=True)
+    r = subprocess.run([REDIS[0], '--version'], stdout=subprocess.PIPE, text=True)
     m = re.search(r'v=(\S+)', r.stdout)
     return m.group(1) if m else '?'
 
