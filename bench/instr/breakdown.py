@@ -19,9 +19,9 @@ Two tables:
               what is left: the Lua code of the script itself.
 
   groups      exclusive costs summed by function-name groups (GROUPS below), split in two by a
-              second server run with --toggle-collect=scriptCall (callgrind collects nothing
-              inside scriptCall there): outside the Redis commands that scripts call, and
-              inside them (the full run minus the toggled one).
+              second server run with --collect-atstart=no --toggle-collect=scriptCall
+              (callgrind counts only inside scriptCall there): inside the Redis commands that
+              scripts call (that run) and outside them (the full run minus that one).
 
 Function names need symbols: Debian's redis-server is stripped, and its .dynsym names only
 the exported functions, so the Lua VM's hidden functions and the static ones of
@@ -85,7 +85,7 @@ GROUPS = [
     ('Lua base, math, bit libraries (type, select, unpack, ..)', r'redis', LUA_LIB),
     ('script machinery (EVALSHA, redis.call glue, conversions, Lua C API)', r'redis',
      SCRIPT),
-    ('Redis commands (xCommand itself)', r'redis', r'\w+Command'),
+    ('functions named *Command (processCommand, command bodies)', r'redis', r'\w+Command'),
     ('Redis data structures (dict, listpack, zset, sds, object)', r'redis',
      r'(dict|lp|listpack|ziplist|zzl|zsl|zset|hash|sds|createObject|createString\w*|'
      r'decrRefCount|incrRefCount|object|tryObjectEncoding|getLongLong\w*|string2\w+|'
@@ -230,7 +230,7 @@ def groups(u):
     return out
 
 
-def top(u, n=12):
+def top(u, n=15):
     return sorted(((v, ob, fn) for (ob, fn), v in u['self'].items()), reverse=True)[:n]
 
 
@@ -239,9 +239,9 @@ def _row(label, v, tot, note=''):
                                        (' ' + note + ' |') if note else '')
 
 
-def report(title, full, outside, unit):
-    """Prints the two tables (markdown) for one workload; full and outside are per_unit()
-    results of the full run and the --toggle-collect=scriptCall run."""
+def report(title, full, inside, unit):
+    """Prints the two tables (markdown) for one workload; full and inside are per_unit()
+    results of the full run and of the run that counts only inside scriptCall."""
     tot = full['total']
     print('\n#### %s: %s instructions per %s' % (title, '{:,.0f}'.format(tot), unit))
     evalsha, nev = into(full, 'evalShaCommand')
@@ -286,20 +286,21 @@ def report(title, full, outside, unit):
         for k, (c, n) in sorted(cmds.items(), key=lambda x: -x[1][0]):
             print('| %s | %.1f | %s | %s |' % (k, n, '{:,.0f}'.format(c),
                                               '{:,.0f}'.format(c / n) if n else '-'))
-    gf, go = groups(full), groups(outside)
+    gf, gi = groups(full), groups(inside)
+    go = {g: gf[g] - gi[g] for g in gf}
     print('\nExclusive costs by function group, per %s: outside the Redis commands scripts '
-          'call (run with --toggle-collect=scriptCall), inside them (full run minus that), '
-          'total:\n' % unit)
+          'call (the full run minus the next column), inside them (a run counting only inside '
+          'scriptCall: --collect-atstart=no --toggle-collect=scriptCall), total:\n' % unit)
     print('| group | outside scriptCall | inside scriptCall | total | share |')
     print('|---|---|---|---|---|')
     for g in GROUP_ORDER:
         if abs(gf[g]) < 0.5 and abs(go[g]) < 0.5:
             continue
         print('| %s | %s | %s | %s | %.1f%% |' % (
-            g, '{:,.0f}'.format(go[g]), '{:,.0f}'.format(gf[g] - go[g]),
+            g, '{:,.0f}'.format(go[g]), '{:,.0f}'.format(gi[g]),
             '{:,.0f}'.format(gf[g]), 100.0 * gf[g] / tot if tot else 0))
-    print('| total | %s | %s | %s | 100%% |' % ('{:,.0f}'.format(outside['total']),
-                                               '{:,.0f}'.format(tot - outside['total']),
+    print('| total | %s | %s | %s | 100%% |' % ('{:,.0f}'.format(tot - inside['total']),
+                                               '{:,.0f}'.format(inside['total']),
                                                '{:,.0f}'.format(tot)))
     print('\nThe functions with the most exclusive instructions (full run):\n')
     print('| function | object | instructions | share | group |')

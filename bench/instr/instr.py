@@ -27,8 +27,8 @@ acquisition come from INFO commandstats (every command but EVALSHA and this prog
 over the N2 run of the contended cycle.
 
 --breakdown PRIM runs only the floor's and PRIM's contended cycles, on two servers: one
-counting everything, one under --toggle-collect=scriptCall (nothing counted inside the Redis
-commands that scripts call); bench/instr/breakdown.py turns the N1 and N2 runs' dumps into
+counting everything, one under --collect-atstart=no --toggle-collect=scriptCall (counting
+only inside the Redis commands that scripts call); bench/instr/breakdown.py turns the N1 and N2 runs' dumps into
 tables per contended acquisition: inclusive costs of the EVALSHA's parts (client I/O and
 dispatch, the EVALSHA around the script, luaCallFunction around lua_pcall, redis.call's glue,
 scriptCall's checks, each command with its count, the script's own Lua), exclusive costs by
@@ -404,7 +404,7 @@ def main():
                     help='where the contended acquisition of PRIM (mutex, rwlock, sem) and the '
                          'floor\'s instructions go: inclusive costs of the script machinery\'s '
                          'parts and of each command, exclusive costs by function group '
-                         '(two servers: a full run and one with --toggle-collect=scriptCall)')
+                         '(two servers: a full run and one counting only inside scriptCall)')
     ap.add_argument('--redis-server', metavar='PATH', default='redis-server',
                     help='the redis-server binary (default: the one on PATH, Debian\'s); '
                          'bench/instr/redis-syms.sh builds one with symbols')
@@ -467,12 +467,13 @@ def main():
 
 def breakdown_main(a):
     """--breakdown PRIM: two servers, the floor's and PRIM's contended cycles in each; the
-    first counts everything, the second nothing inside scriptCall."""
+    first counts everything, the second only inside scriptCall."""
     import breakdown
     t0 = time.time()
     key, n = a.breakdown, a.n2 - a.n1
     res = {}
-    for mode, vg in (('full', []), ('outside', ['--toggle-collect=scriptCall'])):
+    for mode, vg in (('full', []),
+                     ('inside', ['--collect-atstart=no', '--toggle-collect=scriptCall'])):
         outdir = tempfile.mkdtemp(prefix='rs-instr-')
         srv = Server(outdir, a.server_arg, vg)
         try:
@@ -488,7 +489,7 @@ def breakdown_main(a):
             print('callgrind dumps (%s run) kept in %s' % (mode, outdir))
         else:
             shutil.rmtree(outdir, ignore_errors=True)
-    full, out = res['full'], res['outside']
+    full, ins = res['full'], res['inside']
     path = shutil.which(REDIS[0]) or REDIS[0]
     print('Where the server instructions go (callgrind; (I(%d) - I(%d)) / %d), %s, '
           'redis-server %s' % (a.n2, a.n1, n, path, redis_version()))
@@ -499,9 +500,9 @@ def breakdown_main(a):
         print('NOTE: %s has no symbols for Lua\'s internals and the static functions '
               '(luaV_execute not found): they count as "no symbol"; '
               'bench/instr/redis-syms.sh builds a binary with them' % path)
-    breakdown.report('raw FIFO floor, rel + acq', full['floor'], out['floor'],
+    breakdown.report('raw FIFO floor, rel + acq', full['floor'], ins['floor'],
                      'contended acquisition')
-    breakdown.report('%s, rel + acq' % PRIMS[key]['label'], full[key], out[key],
+    breakdown.report('%s, rel + acq' % PRIMS[key]['label'], full[key], ins[key],
                      'contended acquisition')
     print('\n%.0f s.' % (time.time() - t0))
     return 0
