@@ -42,14 +42,28 @@ static void count_lost(const char *kind, const char *name, void *arg)
     atomic_fetch_add(&g_lost, 1);
 }
 
-static rs_client_t *open_counting(const masters_t *m, const char *prefix, long lease_ms)
+/* Three masters, a key prefix of the test's own and a client counting on_lost calls. */
+typedef struct rig {
+    masters_t m;
+    char prefix[32];
+    rs_client_t *c;
+} rig_t;
+
+static void rig_up(rig_t *r, long lease_ms)
 {
-    rs_config_t cfg = rl_config(m->url, prefix, lease_ms, 2000);
+    masters_up(&r->m);
+    ts_unique_prefix(r->prefix, sizeof r->prefix);
+    rs_config_t cfg = rl_config(r->m.url, r->prefix, lease_ms, 2000);
     cfg.on_lost = count_lost;
-    rs_client_t *c = NULL;
-    cr_assert_eq(rs_client_open(&c, &cfg), 0, "open: %s", rs_client_lasterror(NULL));
+    r->c = NULL;
+    cr_assert_eq(rs_client_open(&r->c, &cfg), 0, "open: %s", rs_client_lasterror(NULL));
     atomic_store(&g_lost, 0);
-    return c;
+}
+
+static void rig_down(rig_t *r)
+{
+    rs_client_close(r->c);
+    masters_down(&r->m);
 }
 
 /* The masters whose key of the mutex NAME has an owner: a bit each. */
@@ -104,117 +118,96 @@ static int lost_reaches(int want, long ms)
 
 Test(redlock_loss, unlock_two_denials)
 {
-    masters_t m;
-    masters_up(&m);
-    char prefix[32];
-    ts_unique_prefix(prefix, sizeof prefix);
-    rs_client_t *c = open_counting(&m, prefix, 30000);
+    rig_t r;
+    rig_up(&r, 30000);
     rs_mutex_t *mu;
-    cr_assert_eq(rs_mutex_init(&mu, c, "l2"), 0);
-    cr_assert_eq(rs_mutex_lock(mu), 0, "lock: %s", rs_client_lasterror(c));
-    forget_on(&m, prefix, "l2", holding(&m, prefix, "l2"), 2);
-    cr_expect_eq(rs_mutex_unlock(mu), RS_ELOST, "unlock: %s", rs_client_lasterror(c));
+    cr_assert_eq(rs_mutex_init(&mu, r.c, "l2"), 0);
+    cr_assert_eq(rs_mutex_lock(mu), 0, "lock: %s", rs_client_lasterror(r.c));
+    forget_on(&r.m, r.prefix, "l2", holding(&r.m, r.prefix, "l2"), 2);
+    cr_expect_eq(rs_mutex_unlock(mu), RS_ELOST, "unlock: %s", rs_client_lasterror(r.c));
     cr_expect(lost_reaches(1, 5000), "on_lost called %d times, not once", atomic_load(&g_lost));
     /* the lock is free for the next owner */
-    cr_expect_eq(rs_mutex_trylock(mu), 0, "%s", rs_client_lasterror(c));
+    cr_expect_eq(rs_mutex_trylock(mu), 0, "%s", rs_client_lasterror(r.c));
     cr_expect_eq(rs_mutex_unlock(mu), 0);
     rs_mutex_destroy(mu);
-    rs_client_close(c);
-    masters_down(&m);
+    rig_down(&r);
 }
 
 Test(redlock_loss, unlock_one_denial)
 {
-    masters_t m;
-    masters_up(&m);
-    char prefix[32];
-    ts_unique_prefix(prefix, sizeof prefix);
-    rs_client_t *c = open_counting(&m, prefix, 30000);
+    rig_t r;
+    rig_up(&r, 30000);
     rs_mutex_t *mu;
-    cr_assert_eq(rs_mutex_init(&mu, c, "l1"), 0);
-    unsigned mask = lock_on_all(mu, &m, prefix, "l1");
-    forget_on(&m, prefix, "l1", mask, 1);
-    cr_expect_eq(rs_mutex_unlock(mu), 0, "unlock: %s", rs_client_lasterror(c));
+    cr_assert_eq(rs_mutex_init(&mu, r.c, "l1"), 0);
+    unsigned mask = lock_on_all(mu, &r.m, r.prefix, "l1");
+    forget_on(&r.m, r.prefix, "l1", mask, 1);
+    cr_expect_eq(rs_mutex_unlock(mu), 0, "unlock: %s", rs_client_lasterror(r.c));
     tu_sleep_ms(200);
     cr_expect_eq(atomic_load(&g_lost), 0, "on_lost called for a hold a quorum kept");
     rs_mutex_destroy(mu);
-    rs_client_close(c);
-    masters_down(&m);
+    rig_down(&r);
 }
 
 Test(redlock_loss, renewal_two_denials)
 {
-    masters_t m;
-    masters_up(&m);
-    char prefix[32];
-    ts_unique_prefix(prefix, sizeof prefix);
+    rig_t r;
     /* renewed every 3 s; its local deadline, which would report it lost without any
      * renewal's answer, is 9 s away: told by 6.5 s, it was the renewal's denials */
-    rs_client_t *c = open_counting(&m, prefix, 9000);
+    rig_up(&r, 9000);
     rs_mutex_t *mu;
-    cr_assert_eq(rs_mutex_init(&mu, c, "lr"), 0);
-    cr_assert_eq(rs_mutex_lock(mu), 0, "lock: %s", rs_client_lasterror(c));
-    forget_on(&m, prefix, "lr", holding(&m, prefix, "lr"), 2);
+    cr_assert_eq(rs_mutex_init(&mu, r.c, "lr"), 0);
+    cr_assert_eq(rs_mutex_lock(mu), 0, "lock: %s", rs_client_lasterror(r.c));
+    forget_on(&r.m, r.prefix, "lr", holding(&r.m, r.prefix, "lr"), 2);
     cr_expect(lost_reaches(1, 6500), "on_lost called %d times in 6.5 s, not once",
               atomic_load(&g_lost));
     cr_expect_eq(rs_mutex_remaining(mu), 0);
-    cr_expect_eq(rs_mutex_unlock(mu), RS_ELOST, "unlock: %s", rs_client_lasterror(c));
+    cr_expect_eq(rs_mutex_unlock(mu), RS_ELOST, "unlock: %s", rs_client_lasterror(r.c));
     cr_expect_eq(atomic_load(&g_lost), 1, "on_lost more than once");
     rs_mutex_destroy(mu);
-    rs_client_close(c);
-    masters_down(&m);
+    rig_down(&r);
 }
 
-/* An event-loop grant of NAME on c, its key deleted on `forget` masters (all three held it
- * when forget is 1), then rs_hold_release_async: done's rc. */
-static int async_release_after(masters_t *m, rs_client_t *c, const char *prefix,
-                               const char *name, int forget)
+/* An event-loop grant of NAME on r's client, its key deleted on `forget` masters (all three
+ * held it when forget is 1), then rs_hold_release_async: done's rc. */
+static int async_release_after(rig_t *r, const char *name, int forget)
 {
     rs_mutex_t *mu;
-    cr_assert_eq(rs_mutex_init(&mu, c, name), 0);
+    cr_assert_eq(rs_mutex_init(&mu, r->c, name), 0);
     one_t o;
     unsigned mask = 0;
     for (int tries = 0; tries < 10; tries++) {
-        one_acquire(c, mu, NULL, &o);
+        one_acquire(r->c, mu, NULL, &o);
         cr_assert_eq(o.rc, 0, "done(%d): %s", o.rc, rs_client_lasterror(NULL));
-        mask = holding(m, prefix, name);
+        mask = holding(&r->m, r->prefix, name);
         if (forget > 1 || mask == (1u << NM) - 1)
             break;
         cr_assert_eq(rs_hold_release(o.hold), 0);
         o.hold = NULL;
     }
     cr_assert_not_null(o.hold, "the hold never stood on all %d masters", NM);
-    forget_on(m, prefix, name, mask, forget);
-    one_t r = {0};
-    cr_assert_eq(rs_hold_release_async(o.hold, one_done, &r), 0);
-    cr_assert(loop_until(c, &r.ran, 1, 10000), "no completion of the release");
+    forget_on(&r->m, r->prefix, name, mask, forget);
+    one_t rel = {0};
+    cr_assert_eq(rs_hold_release_async(o.hold, one_done, &rel), 0);
+    cr_assert(loop_until(r->c, &rel.ran, 1, 10000), "no completion of the release");
     rs_mutex_destroy(mu);
-    return r.rc;
+    return rel.rc;
 }
 
 Test(redlock_loss, async_release_two_denials)
 {
-    masters_t m;
-    masters_up(&m);
-    char prefix[32];
-    ts_unique_prefix(prefix, sizeof prefix);
-    rs_client_t *c = open_counting(&m, prefix, 30000);
-    cr_expect_eq(async_release_after(&m, c, prefix, "a2", 2), RS_ELOST);
+    rig_t r;
+    rig_up(&r, 30000);
+    cr_expect_eq(async_release_after(&r, "a2", 2), RS_ELOST);
     cr_expect(lost_reaches(1, 5000), "on_lost called %d times, not once", atomic_load(&g_lost));
-    rs_client_close(c);
-    masters_down(&m);
+    rig_down(&r);
 }
 
 Test(redlock_loss, async_release_one_denial)
 {
-    masters_t m;
-    masters_up(&m);
-    char prefix[32];
-    ts_unique_prefix(prefix, sizeof prefix);
-    rs_client_t *c = open_counting(&m, prefix, 30000);
-    cr_expect_eq(async_release_after(&m, c, prefix, "a1", 1), 0);
+    rig_t r;
+    rig_up(&r, 30000);
+    cr_expect_eq(async_release_after(&r, "a1", 1), 0);
     tu_sleep_ms(200);
     cr_expect_eq(atomic_load(&g_lost), 0, "on_lost called for a hold a quorum kept");
-    rs_client_close(c);
-    masters_down(&m);
+    rig_down(&r);
 }
