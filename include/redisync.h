@@ -150,8 +150,9 @@ RS_API const char *rs_version(void);
  *
  * Under redlock:// every call goes to all masters at once and counts by quorum: a release
  * wakes the first waiter (in the order the waits began, by each client's clock) and keeps
- * the mutex for it briefly (lease/20, 20-500 ms; trylock meanwhile is EBUSY); otherwise a
- * free mutex goes to whoever asks first. A call that a quorum does not answer is retried
+ * the mutex for it briefly (lease/10 of its queue lease, 20-500 ms; trylock meanwhile is
+ * EBUSY); past that a free mutex still goes to the first live waiter, or to whoever asks if
+ * nobody waits. A call that a quorum does not answer is retried
  * until timeout_ms, then RS_ECONN. docs/deployments.md, "Redlock".
  * ------------------------------------------------------------------------------------- */
 typedef struct rs_mutex rs_mutex_t;
