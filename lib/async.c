@@ -384,11 +384,8 @@ RS_API int rs_request_cancel(rs_request_t *rq)
             rq->in_cancel = 1;
             rq->cnext = as->can;
             as->can = rq;
-        } else if (rq->type == RQ_ACQ && rq->rc != ECANCELED) {
-            /* (rq->h may be gone: no name; NULL: a static text) */
-            rq->rc = ECANCELED;
-            free(rq->err);
-            rq->err = strdup("cancelled by rs_request_cancel");
+        } else {
+            rs__aq_cancel_completed(rq);
         }
     } else {
         atomic_store(&rq->cancel, 1);

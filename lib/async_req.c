@@ -136,6 +136,16 @@ void rs__aq_set_undo(rs_request_t *rq, int rc, int note)
     rq->err = note ? strdup(rs__error_text()) : NULL; /* NULL: no memory, a static text */
 }
 
+void rs__aq_cancel_completed(rs_request_t *rq)
+{
+    if (rq->type != RQ_ACQ || rq->rc == ECANCELED)
+        return;
+    rq->rc = ECANCELED;
+    free(rq->err);
+    /* rq->h may be gone by now: no name; NULL (no memory): a static text */
+    rq->err = strdup("cancelled by rs_request_cancel");
+}
+
 int rs__aq_undone(rs_async_t *as, rs_request_t *rq)
 {
     if (!rq->undo_rc)
@@ -540,12 +550,7 @@ static void publish(rs_async_t *as)
                 undo = rq;
                 continue;
             }
-            if (rq->type == RQ_ACQ && rq->rc != ECANCELED) {
-                /* (rq->h may be gone: no name) */
-                rq->rc = ECANCELED;
-                free(rq->err);
-                rq->err = strdup("cancelled by rs_request_cancel");
-            }
+            rs__aq_cancel_completed(rq);
         }
         rq->pub = 1;
         rq->next = NULL;

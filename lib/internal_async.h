@@ -232,6 +232,9 @@ int rs__aq_stop_rc(rs_async_t *as, rs_request_t *rq);
 /* rq's grant is to be given back ("rel"), then done(rc): rq->undo_rc = rc, and rq->err
  * this thread's message if note (else NULL: rs__aq_why's at the end). */
 void rs__aq_set_undo(rs_request_t *rq, int rc, int note);
+/* A completed acquisition (not a grant) that rs_request_cancel reached before its done ran:
+ * ECANCELED, and that message. Under as->mu. */
+void rs__aq_cancel_completed(rs_request_t *rq);
 /* What a given-back grant ends with: undo_rc with its noted message, or ECANCELED. */
 int rs__aq_undone(rs_async_t *as, rs_request_t *rq);
 void rs__aq_finish_hold(rs_async_t *as, rs_request_t *rq, int rc); /* a release ended */
