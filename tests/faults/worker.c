@@ -410,18 +410,16 @@ static long long section(worker_t *w)
     if (rc != 0) {
         w->last_lock_rc[ni] = rc, w->last_lock_t[ni] = now_us();
         count_err(w, "lock", rc);
-        if (rc == ETIMEDOUT && strncmp(w->url, "redlock://", 10) == 0) {
-            /* judged by check.c (check_waits) against the other sections of the name: under
-             * Redlock a handoff may take up to a lease when a release is late on a master */
+        if (rc == ETIMEDOUT) {
+            /* judged by check.c (check_waits), which knows the scenario: under Redlock
+             * against the other sections of the name (a handoff may take up to a lease
+             * when a release is late on a master), elsewhere a liveness failure */
             char rec[96];
             snprintf(rec, sizeof rec, "%d %d %s %lld %lld", w->slot, w->gen, name,
                      (long long)t_req, (long long)now_us());
             redisReply *x = ck_cmd(w->ck, "RPUSH lwait %s", rec);
             freeReplyObject(x);
-        } else if (rc == ETIMEDOUT)
-            live_bad(w, "w%d gen %d: lock %s %c waited %lld ms without getting it", w->slot,
-                     w->gen, name, mode, (long long)(now_us() - t_req) / 1000);
-        else if (rc != RS_ECONN && !(rc == RS_EREPL && w->min_replicas > 0))
+        } else if (rc != RS_ECONN && !(rc == RS_EREPL && w->min_replicas > 0))
             api_bad(w, "w%d: lock %s returned %d (%s: %s)", w->slot, name, rc, rs_strerror(rc),
                     rs_client_lasterror(w->c));
         sleep_us(rnd_range(&w->rng, 10, 50) * 1000);
