@@ -3,6 +3,7 @@
 
 Usage: python3 bench/instr/instr.py [--n1 N] [--n2 N] [--only mutex,rwlock,sem]
        python3 bench/instr/instr.py --breakdown mutex [--redis-server PATH]
+       python3 bench/instr/instr.py --cond
        (make bench-instr; INSTR_ARGS passes these)
 
 One redis-server runs under `valgrind --tool=callgrind`. This program sends it, over one
@@ -293,13 +294,17 @@ def commandstats(c):
 OWN = ('evalsha', 'config', 'info', 'script', 'ping', 'shutdown')
 
 
-def measure(srv, work, n1, n2):
+def measure(srv, work, n1, n2, setup=None):
     """work(n) -> list of (resp, checker); runs n1 then n2, returns per-unit instructions and
-    the Redis calls inside scripts per unit over the n2 run."""
+    the Redis calls inside scripts per unit over the n2 run. setup(n) (optional): the same,
+    sent before each run and not counted."""
     res = []
     calls = None
     paths = []
     for n in (n1, n2):
+        if setup:
+            pre = setup(n)
+            check(srv.c.pipe([c for c, _ in pre]), [w for _, w in pre], setup.__name__)
         cmds = work(n)
         srv.c.call('CONFIG', 'RESETSTAT')
         srv.dump()
@@ -386,6 +391,78 @@ def floor_figures(srv, n1, n2):
     return {'calls': calls, 'contended': fi}
 
 
+def cond_figures(srv, n1, n2):
+    """--cond: the two scripts on the path from rs_cond_signal to the woken waiter holding
+    the mutex (issue 14's signal target), each alone, against a PING: the condition's
+    `signal` with one live waiter queued per signal, and the waiter's re-acquisition, an
+    uncontended `acq` of a mutex its last holder released (the tombstone left)."""
+    cs = srv.c.call('SCRIPT', 'LOAD', script_text('cond'))
+    ck = ['rs:{instr:cond}:cond', 'rs:{instr:cond}:cond:i']
+    m = Prim(srv, 'mutex', 'instr:relock')
+    seq = [0]
+
+    def cev(op, tok, acq):
+        return resp('EVALSHA', cs, len(ck), *ck, op, tok, acq, LEASE, PREFIX, 'q', MAXW,
+                    QLEASE)
+
+    def waits(n):
+        seq[0] += n
+        return [(cev('wait', 'tok%d' % i, acq_id(i, seq[0])), one) for i in range(n)]
+
+    def signal(n):
+        return [(cev('signal', '', ''), one) for _ in range(n)]
+
+    def ping(n):
+        return [(resp('PING'), lambda r: r == 'PONG') for _ in range(n)]
+
+    names = [0]
+
+    def released(n):
+        out = []
+        for i in range(n):
+            names[0] += 1
+            k = 'rs:{instr:r%d}:mutex' % names[0]
+            m.keys = [k, k + ':fence', k + ':q', k + ':qi']
+            out.append((m.ev('acq', 'tokW', acq_id(0, 2 * names[0])), granted))
+            out.append((m.ev('rel', 'tokW', acq_id(0, 2 * names[0])), one))
+        return out
+
+    def relock(n):
+        out = []
+        for i in range(n):
+            k = 'rs:{instr:r%d}:mutex' % (names[0] - n + 1 + i)
+            m.keys = [k, k + ':fence', k + ':q', k + ':qi']
+            out.append((m.ev('acq', 'tokW', acq_id(0, 2 * (names[0] - n + 1 + i) + 1)),
+                        granted))
+        return out
+    pi, _ = measure(srv, ping, n1, n2)
+    si, scalls = measure(srv, signal, n1, n2, setup=waits)
+    ri, rcalls = measure(srv, relock, n1, n2, setup=released)
+    return {'ping': pi, 'signal': si, 'signal_calls': scalls, 'relock': ri,
+            'relock_calls': rcalls}
+
+
+def cond_main(a):
+    t0 = time.time()
+    outdir = tempfile.mkdtemp(prefix='rs-instr-')
+    srv = Server(outdir, a.server_arg)
+    try:
+        f = cond_figures(srv, a.n1, a.n2)
+    finally:
+        srv.stop()
+    shutil.rmtree(outdir, ignore_errors=True)
+    print('Server instructions on the signal path (callgrind; (I(%d) - I(%d)) / %d), '
+          'redis-server %s' % (a.n2, a.n1, a.n2 - a.n1, redis_version()))
+    print('%-52s %5s %12s' % ('', 'calls', 'instructions'))
+    print('%-52s %5s %12.0f' % ('PING', '', f['ping']))
+    print('%-52s %5.1f %12.0f' % ('cond signal, one waiter queued', f['signal_calls'],
+                                   f['signal']))
+    print('%-52s %5.1f %12.0f' % ('mutex acq, free (the waiter\'s re-acquisition)',
+                                   f['relock_calls'], f['relock']))
+    print('%.0f s.' % (time.time() - t0))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--n1', type=int, default=400)
@@ -393,7 +470,7 @@ def main():
     ap.add_argument('--only', default='mutex,rwlock,sem')
     ap.add_argument('--script', action='append', default=[], metavar='NAME=FILE',
                     help='measure FILE (a candidate, spliced like the real one) in place of '
-                         'primitives/NAME/NAME.lua (NAME: mutex, rwlock, semaphore)')
+                         'primitives/NAME/NAME.lua (NAME: mutex, rwlock, semaphore; cond with --cond)')
     ap.add_argument('--server-arg', action='append', default=[], metavar='ARG',
                     help='one more redis-server argument, e.g. --server-arg=--zset-max-listpack-value '
                          '--server-arg=128 (a diagnosis: the encodings Redis picks by size)')
@@ -405,6 +482,10 @@ def main():
                          'floor\'s instructions go: inclusive costs of the script machinery\'s '
                          'parts and of each command, exclusive costs by function group '
                          '(two servers: a full run and one counting only inside scriptCall)')
+    ap.add_argument('--cond', action='store_true',
+                    help='the signal path instead: the condition\'s signal with one waiter '
+                         'and the woken waiter\'s re-acquisition (a free mutex\'s acq), '
+                         'each against a PING')
     ap.add_argument('--redis-server', metavar='PATH', default='redis-server',
                     help='the redis-server binary (default: the one on PATH, Debian\'s); '
                          'bench/instr/redis-syms.sh builds one with symbols')
@@ -412,8 +493,8 @@ def main():
     REDIS[0] = a.redis_server
     for x in a.script:
         name, _, path = x.partition('=')
-        if name not in ('mutex', 'rwlock', 'semaphore') or not os.path.isfile(path):
-            fail('--script %r: NAME=FILE with NAME mutex, rwlock or semaphore' % x)
+        if name not in ('mutex', 'rwlock', 'semaphore', 'cond') or not os.path.isfile(path):
+            fail('--script %r: NAME=FILE with NAME mutex, rwlock, semaphore or cond' % x)
         OVERRIDE[name] = os.path.abspath(path)
     if a.n2 <= a.n1 or a.n1 < 1:
         fail('--n2 must be above --n1 >= 1')
@@ -424,6 +505,8 @@ def main():
     for tool in ('valgrind', 'callgrind_control', REDIS[0]):
         if not shutil.which(tool):
             fail('%s not found (scripts/deps.sh installs it)' % tool)
+    if a.cond:
+        return cond_main(a)
     if a.breakdown:
         if a.breakdown not in PRIMS:
             fail('--breakdown %r: mutex, rwlock or sem' % a.breakdown)

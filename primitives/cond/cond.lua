@@ -43,8 +43,10 @@ local op = ARGV[1]
 
 -- signal first, before the helpers only the other ops use (every `local function` is a
 -- closure made anew on each call). The queue's head is read before the clock: with nobody
--- waiting, one call. (An EXISTS first, then the head read by q_live_head after TIME, cost
--- 91,600 server instructions per signal against 72,600 now: docs/performance.md.)
+-- waiting, one call. clock() is not the last argument of q_live_head: it returns two values,
+-- and the second (server us) would become q_live_head's `first`, a head id that cannot
+-- exist, read and dropped on every signal (HGET, ZREM, HDEL: until e7cc10b, 10 calls and
+-- 92,400 server instructions per signal; 6 calls and 73,200 now: bench/instr/instr.py --cond).
 if op == 'signal' then
   local first = redis.call('ZRANGE', KEYS[1], '0', '0')[1]
   if not first then return 0 end
