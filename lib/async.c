@@ -3,7 +3,8 @@
  * _async acquisitions, rs_hold_release_async, rs_request_cancel, rs_client_fd,
  * rs_client_dispatch and what rs_client_close does with pending requests. The I/O thread
  * itself is async_req.c (each request's state machine, the thread's loop) and async_wire.c
- * (its connections); the deadline heap is timerheap.c.
+ * (its connections), which async_dial.c's threads dial for it; the deadline heap is
+ * timerheap.c.
  *
  * One library I/O thread per client (started at the first _async call) owns a connection of
  * its own (under Cluster one per master, each request's calls on the master of its name's
@@ -24,8 +25,10 @@
  *
  * Grants become hold objects exactly as rs_mutex_acquire's (handle.c); queue entries are
  * leases the watchdog renews; deadlines and naps sit in one min-heap (timerheap.c). A broken
- * connection is dialled again and everything that was in flight on it is sent again with
- * its acquisition id (the scripts are idempotent per id) for up to timeout_ms.
+ * connection is dialled again (off the I/O thread, which never waits on the network: a node
+ * that hangs delays only the requests that need it) and everything that was in flight on it
+ * is sent again with its acquisition id (the scripts are idempotent per id) for up to
+ * timeout_ms.
  *
  * Completions are made on the I/O thread but published (to the queue rs_client_dispatch
  * runs, behind the eventfd rs_client_fd returns) only at the end of each pass, under as->mu:
@@ -552,6 +555,7 @@ void rs__async_forget(rs_client_t *c)
         rs__aq_free(rq);
     }
     atomic_store(&c->as, NULL);
+    rs__adial_forget(as);
     rs__aq_conns_free(as);
     close(as->efd);
     close(as->wfd);

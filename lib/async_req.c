@@ -635,6 +635,7 @@ static void pass(rs_async_t *as)
          * releases go on; at most timeout_ms more */
         as->draining = 1;
         as->drain_end_ns = rs__now_ns() + (uint64_t)as->c->timeout_ms * RS_NS_PER_MS;
+        rs__adial_stop(as); /* no new dial (one under way ends within its budget) */
         for (rs_request_t *rq = as->live, *nx; rq; rq = nx) {
             nx = rq->anext;
             if (rq->type != RQ_REL && rq->op != OP_REL) {
@@ -687,6 +688,7 @@ void *rs__aq_main(void *arg)
             rs__aq_complete(as, rq, rs__aq_why(as, rq, ECANCELED), NULL);
     }
     publish(as);
+    rs__adial_join(as); /* a context dialled after the close began is freed with the rest */
     rs__aq_conns_free(as);
     return NULL;
 }

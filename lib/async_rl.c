@@ -128,11 +128,32 @@ void rs__arl_forget(rs_async_t *as, rs_request_t *rq)
     rl->sent = 0;
 }
 
-void rs__arl_send(rs_async_t *as, rs_request_t *rq)
+/* Whether rq's next call is to wait for the dials (async_dial.c) of the masters: fewer
+ * than a quorum connected while one is being dialled (a client's first calls, a master
+ * back), within rq's timeout_ms to be sent. A master that is dialled long (one that hangs)
+ * is not waited for once a quorum stands. */
+static int await_dials(rs_async_t *as, rs_request_t *rq, uint64_t now)
+{
+    rs_client_t *c = as->c;
+    if (rs__aq_rl(rq)->cont || now >= rq->send_by_ns)
+        return 0;
+    int up = 0, dialing = 0;
+    for (int i = 0; i < c->ep.nseeds; i++) {
+        if (rs__aq_master(as, i, 1))
+            up++;
+        else
+            dialing |= as->cn[i].dialing;
+    }
+    return up < rs__rl_quorum(c) && dialing;
+}
+
+int rs__arl_send(rs_async_t *as, rs_request_t *rq)
 {
     rs_client_t *c = as->c;
     rs_arl_t *rl = rs__aq_rl(rq);
     uint64_t now = rs__now_ns();
+    if (await_dials(as, rq, now))
+        return 1;
     unsigned mask = rs__rl_all_mask(c);
     if (acquiring(rq->op)) {
         if (!rl->ticket) {
@@ -184,6 +205,7 @@ void rs__arl_send(rs_async_t *as, rs_request_t *rq)
     uint64_t budget = (uint64_t)rs__rl_round_ms(c, rq_lease(rq)) * RS_NS_PER_MS;
     /* nothing sent (no master reachable): decided at the next pass, as no answer */
     rs__aq_set_timer(as, rq, ST_FLIGHT, went ? now + budget : now);
+    return 0;
 }
 
 /* Best effort: the undo of rq's last round on the masters of mask that are connected (a

@@ -120,9 +120,10 @@ void rs__aq_conns_free(rs_async_t *as)
     }
 }
 
-/* The connection rq's call goes to, connected (dialled if need be): outside Cluster the
- * master's; in a Cluster the one to the master of key's slot, or to the node an ASK named.
- * NULL: none for now (a dial failed lately, the slot's master is not known yet). */
+/* The connection rq's call goes to, if it is connected: outside Cluster the master's; in a
+ * Cluster the one to the master of key's slot, or to the node an ASK named. NULL: none for
+ * now (being dialled, a dial failed lately, the slot's master is not known yet); a missing
+ * connection is asked of a dialer thread (async_dial.c), whose result wakes the thread. */
 static rs_aconn_t *route(rs_async_t *as, rs_request_t *rq, const char *key, size_t klen)
 {
     rs_client_t *c = as->c;
@@ -139,43 +140,23 @@ static rs_aconn_t *route(rs_async_t *as, rs_request_t *rq, const char *key, size
         as->cn[as->ncn].node = cluster ? as->ncn : -1;
     if (cn->ctx)
         return cn;
-    uint64_t now = rs__now_ns();
-    if (as->draining || now < cn->next_dial_ns)
-        return NULL;
-    long budget = c->timeout_ms < 250 ? c->timeout_ms : 250;
-    if (rs__conn_connect_to(c, cn->node, now + (uint64_t)budget * RS_NS_PER_MS, c->timeout_ms,
-                            &cn->ctx) != 0) {
-        cn->ctx = NULL;
-        snprintf(as->dial_err, sizeof as->dial_err, "%s", rs__error_text());
-        cn->next_dial_ns = rs__now_ns() + 50 * RS_NS_PER_MS;
-        if (cluster)
-            rs__cluster_stale(c);
-        return NULL;
-    }
-    as->dial_err[0] = '\0';
-    return cn;
+    if (!cn->dialing && !as->draining && rs__now_ns() >= cn->next_dial_ns)
+        rs__adial_want(as, cn);
+    return NULL;
 }
 
 rs_aconn_t *rs__aq_master(rs_async_t *as, int i, int dial)
 {
-    rs_client_t *c = as->c;
     rs_aconn_t *cn = &as->cn[i];
     for (; as->ncn <= i; as->ncn++)
         as->cn[as->ncn].node = as->ncn;
     if (cn->ctx)
         return cn;
-    uint64_t now = rs__now_ns();
-    if (!dial || as->draining || now < cn->next_dial_ns)
-        return NULL;
     /* one attempt: a master that is down costs one refused connect, not a retry loop, and
-     * is not dialled again for a second (one that hangs would cost every round a dial) */
-    long budget = c->timeout_ms < 250 ? c->timeout_ms : 250;
-    if (rs__conn_connect_once(c, i, budget, c->timeout_ms, &cn->ctx) != 0) {
-        cn->ctx = NULL;
-        cn->next_dial_ns = rs__now_ns() + 1000 * RS_NS_PER_MS;
-        return NULL;
-    }
-    return cn;
+     * is not dialled again for a second (async_dial.c) */
+    if (dial && !cn->dialing && !as->draining && rs__now_ns() >= cn->next_dial_ns)
+        rs__adial_want(as, cn);
+    return NULL;
 }
 
 /* Appends rq's call to the connection it goes to: 0, or 1 when there is none for now. */
@@ -251,8 +232,9 @@ static void flush_marked(rs_async_t *as)
 void rs__aq_flush(rs_async_t *as)
 {
     rs_client_t *c = as->c;
-    if (as->sendq && c->ep.mode == RS_MODE_CLUSTER)
-        rs__cluster_refresh(c, 0, c->timeout_ms); /* only if a MOVED or a failure made it stale */
+    rs__adial_take(as); /* the dials that ended, the slot map loaded */
+    if (as->sendq && c->ep.mode == RS_MODE_CLUSTER && !as->draining)
+        rs__adial_refresh(as); /* only if a MOVED or a failure made it stale */
     rs_request_t *left = NULL, *left_tail = NULL;
     while (as->sendq) {
         rs_request_t *rq = as->sendq;
@@ -263,7 +245,11 @@ void rs__aq_flush(rs_async_t *as)
         rq->in_send = 0;
         rs__clear_error(); /* each event starts without a message (rs__aq_complete) */
         if (c->ep.mode == RS_MODE_REDLOCK) {
-            rs__arl_send(as, rq); /* on every master it can reach (async_rl.c) */
+            /* on every master it can reach (async_rl.c), or it waits for their dials */
+            if (rs__arl_send(as, rq) != 0) {
+                rq->in_send = 1;
+                rs__aq_list_append(&left, &left_tail, rq);
+            }
             continue;
         }
         if (append_op(as, rq) == 0)

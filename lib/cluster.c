@@ -57,16 +57,27 @@ static int apply_slots(rs_client_t *c, const redisReply *r, const rs_node_t *ask
     return 0;
 }
 
-int rs__cluster_refresh(rs_client_t *c, int force, long timeout_ms)
+int rs__cluster_refresh_due(rs_client_t *c)
 {
     pthread_mutex_lock(&c->cl.mu);
-    int due = force || (c->cl.stale && rs__now_ns() - c->cl.refreshed_ns > 100 * RS_NS_PER_MS);
-    int n = c->cl.nnodes;
+    int due = c->cl.stale && rs__now_ns() - c->cl.refreshed_ns > 100 * RS_NS_PER_MS;
     pthread_mutex_unlock(&c->cl.mu);
-    if (!due)
+    return due;
+}
+
+int rs__cluster_refresh(rs_client_t *c, int force, long timeout_ms)
+{
+    return rs__cluster_refresh_stop(c, force, timeout_ms, NULL, NULL);
+}
+
+int rs__cluster_refresh_stop(rs_client_t *c, int force, long timeout_ms, int (*stop)(void *),
+                             void *arg)
+{
+    if (!force && !rs__cluster_refresh_due(c))
         return 0;
+    int n = rs__cluster_nnodes(c);
     int rc = RS_ECONN;
-    for (int i = 0; i < n && rc != 0; i++) {
+    for (int i = 0; i < n && rc != 0 && !(stop && stop(arg)); i++) {
         rs_node_t node;
         if (rs__cluster_node(c, i, &node) != 0)
             continue;

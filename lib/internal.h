@@ -24,10 +24,13 @@
  *   wdround.c, watchdog.c  one renewal round in one pipeline; the thread that runs them
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
  *   handle.c, holdobj.c  handles, what a thread holds through them, hold objects
- *   timerheap.c, async_wire.c, async_rl.c, async_req.c, async.c  the event-loop API: one
- *               I/O thread per client pipelining the _async calls (under Redlock each round
- *               on every master's pipeline, async_rl.c), their deadlines in one heap,
- *               completions behind one eventfd
+ *   timerheap.c, async_wire.c, async_dial.c, async_rl.c, async_req.c, async.c  the
+ *               event-loop API: one I/O thread per client pipelining the _async calls (under
+ *               Redlock each round on every master's pipeline, async_rl.c), their deadlines
+ *               in one heap, completions behind one eventfd; it never waits on the network:
+ *               its dials and Cluster slot-map loads (conn.c, cluster.c) run on a few dialer
+ *               threads beside it (async_dial.c), which hand the result back through its
+ *               eventfd
  *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
  * Still pointing up: hold.c reads life.c's fork generation, and handle.c takes client
  * references through client.c. (topology.c tells the notifier that the master moved through

@@ -181,7 +181,27 @@ typedef struct rs_aconn {
     redisReply *confirm_r;
     int node;                  /* cluster: its index in the node table; else -1 */
     int flush;                 /* appended to since the last flush (async_wire.c's) */
+    int dialing;               /* a dialer thread dials it (async_dial.c): NULL ctx till then */
 } rs_aconn_t;
+
+/* The dialer threads of an I/O thread (async_dial.c): they dial its connections and load
+ * the Cluster slot map, so that the I/O thread never waits on the network for them. Under mu
+ * unless said otherwise; made by the I/O thread at its first dial (init). */
+#define RS_ADIAL_THREADS 4
+typedef struct rs_adial {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;         /* work for the idle threads, or stop */
+    pthread_t th[RS_ADIAL_THREADS];
+    int init, nth, idle, stop; /* init, nth: the I/O thread's */
+    uint64_t want;             /* cn[i] to be dialled (bit i), not taken by a thread yet */
+    uint64_t ended;            /* dials that ended: got[i] the context, NULL if it failed */
+    redisContext *got[RS_NODES_MAX];
+    int refresh;               /* the slot map: 1 to be loaded, 2 being loaded */
+    int refreshed;             /* a load ended: the send queue is to be routed again */
+    int err_new;               /* err is the outcome of the last ended dial (outside Redlock) */
+    char err[200];             /* its message ("": it succeeded) */
+    atomic_int ready;          /* ended or refreshed may be set: the I/O thread looks */
+} rs_adial_t;
 
 typedef struct rs_async {
     rs_client_t *c;
@@ -202,6 +222,7 @@ typedef struct rs_async {
     uint64_t drain_end_ns;
     int draining;
     char dial_err[200];        /* the last failed dial's message (named by RS_ECONN's) */
+    rs_adial_t dl;             /* the dialer threads (async_dial.c) */
 } rs_async_t;
 
 void rs__aq_poke(int fd);
@@ -254,17 +275,39 @@ void rs__aq_conns_free(rs_async_t *as); /* closes every connection, frees the ri
  * at most a second) or the nearest stall; reads what came, and reconnects a connection that
  * stalled. 1 if wfd was readable. */
 int rs__aq_poll(rs_async_t *as, uint64_t due);
-void rs__aq_flush(rs_async_t *as); /* dials if need be, sends the send queue */
+/* Takes the dials that ended, asks for the ones missing (async_dial.c) and the slot map if
+ * it is stale, sends the send queue. */
+void rs__aq_flush(rs_async_t *as);
 int rs__aq_ring_push(rs_aconn_t *cn, rs_request_t *rq); /* a reply owed to rq (NULL: nobody) */
-/* Under Redlock: the I/O thread's connection to master i (cn[i]), dialled if dial and it
- * has none (not while closing, nor within a second of a failed dial); NULL if none. */
+/* Under Redlock: the I/O thread's connection to master i (cn[i]), or NULL if it has none:
+ * then, if dial, a dialer thread is asked for one (not while closing, nor within a second
+ * of a failed dial, nor while one dials it: cn[i].dialing). */
 rs_aconn_t *rs__aq_master(rs_async_t *as, int i, int dial);
+/* async_dial.c: the dialer threads (each call the I/O thread's, but for forget) */
+/* Has cn dialled off the I/O thread (budget and back-off as before: 250 ms at most and 50
+ * ms after a failure, under Redlock one attempt and a second): cn->dialing until the result
+ * is taken. */
+void rs__adial_want(rs_async_t *as, rs_aconn_t *cn);
+/* Has the slot map loaded by a dialer thread, if it is stale and no load is under way. */
+void rs__adial_refresh(rs_async_t *as);
+/* The dials that ended go into their connections (a failure: its back-off, its message in
+ * as->dial_err outside Redlock); an ended load or a new connection sends the queue again. */
+void rs__adial_take(rs_async_t *as);
+/* Closing: no dial is started any more (one under way ends within its budget). */
+void rs__adial_stop(rs_async_t *as);
+/* The end of the I/O thread: stops and joins the dialer threads, frees what they dialled
+ * and nobody took. */
+void rs__adial_join(rs_async_t *as);
+/* A fork child's close: frees what was dialled (no thread, no lock taken). */
+void rs__adial_forget(rs_async_t *as);
 /* async_rl.c: a request's calls under Redlock */
 static inline rs_arl_t *rs__aq_rl(rs_request_t *rq)
 {
     return (rs_arl_t *)(void *)(rq->str + rq->rlat);
 }
-void rs__arl_send(rs_async_t *as, rs_request_t *rq); /* its op, on every master */
+/* rq's op on every master it can reach: 0, or 1 when it is to wait in the send queue
+ * (fewer than a quorum of masters connected and a dial under way, within send_by_ns). */
+int rs__arl_send(rs_async_t *as, rs_request_t *rq);
 void rs__arl_reply(rs_async_t *as, rs_aconn_t *cn, rs_request_t *rq, redisReply *r);
 void rs__arl_lost(rs_async_t *as, rs_request_t *rq, int i); /* master i's conn broke */
 void rs__arl_timer(rs_async_t *as, rs_request_t *rq);       /* its round's budget passed */

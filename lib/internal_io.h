@@ -155,6 +155,12 @@ void rs__conn_pool_free(rs_client_t *c);
 /* (Re)loads the slot map with CLUSTER SLOTS from the first node that answers: always when
  * force, else only when a MOVED made it stale (at most every 100 ms). 0, RS_ECONN, RS_ESERVER. */
 int rs__cluster_refresh(rs_client_t *c, int force, long timeout_ms);
+/* The same, asking stop(arg) before each node (nonzero: no more nodes, RS_ECONN): the
+ * event-loop API's dialer thread, which a close must not wait for long (async_dial.c). */
+int rs__cluster_refresh_stop(rs_client_t *c, int force, long timeout_ms, int (*stop)(void *),
+                             void *arg);
+/* Whether rs__cluster_refresh(c, 0, ...) would load the map now (no network). */
+int rs__cluster_refresh_due(rs_client_t *c);
 
 /* ----- script.c ---------------------------------------------------------------------- */
 typedef struct rs_script {
