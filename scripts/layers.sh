@@ -4,12 +4,13 @@
 # of the layer list at the top of lib/internal.h (bottom up; files named on one line of the
 # list are one layer and may call each other).
 #
-#   sh scripts/layers.sh [OBJDIR]     OBJDIR: the library's objects (default build/obj/lib)
+#   sh scripts/layers.sh [OBJDIR]     OBJDIR: the library's objects, relative to the top of
+#                                     the tree (default build/obj/lib)
 #
 # Reads the objects with nm: an undefined rs__ symbol of FILE.o is a reference to another
 # file, and the .o that defines it says which. Prints one line per upward reference,
-# "FILE -> SYMBOL (DEFINER)" (or "(not in lib/)"), and exits 1 if there is any, or if a lib/*.c is missing from
-# the list or has no object. Taking a function's address counts as a reference; a call
+# "FILE -> SYMBOL (DEFINER)" (or "(not in lib/)"), and exits 1 if there is any, or if a
+# lib/*.c is missing from the list or has no object. Taking a function's address counts as a reference; a call
 # through a pointer that an upper file stored (c->topo_hook, c->wd.start, ...) does not.
 # make check-layers builds the objects first and runs this (.ci/run, after make test).
 set -eu
@@ -23,11 +24,10 @@ order=$(awk '
     /Layers, bottom up/ { on = 1; next }
     on && /^ \*   [a-z_]+\.c/ {
         line = $0; sub(/^ \*   /, "", line)
-        n = 0
         while (match(line, /^[a-z_]+\.c(, )?/)) {
             f = substr(line, 1, RLENGTH); sub(/, $/, "", f)
             printf "%s %d\n", f, layer
-            line = substr(line, RLENGTH + 1); n++
+            line = substr(line, RLENGTH + 1)
         }
         layer++
         next
@@ -37,33 +37,37 @@ order=$(awk '
 ' lib/internal.h)
 
 status=0
+objs=
 for src in lib/*.c; do
     f=${src#lib/}
-    if ! printf '%s\n' "$order" | grep -q "^$f "; then
-        echo "layers: $src is not in lib/internal.h's layer list" >&2
-        status=1
-    fi
+    case " $(printf '%s\n' "$order" | cut -d' ' -f1 | tr '\n' ' ') " in
+    *" $f "*) ;;
+    *) echo "layers: $src is not in lib/internal.h's layer list" >&2; status=1 ;;
+    esac
     if [ ! -f "$objdir/${f%.c}.o" ]; then
         echo "layers: no object $objdir/${f%.c}.o (make check-layers builds them)" >&2
         exit 1
     fi
+    objs="$objs $objdir/${f%.c}.o"
 done
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 printf '%s\n' "$order" > "$tmp/order"
-# "D SYMBOL FILE" for every global rs__ definition, "U SYMBOL FILE" for every reference
-for src in lib/*.c; do
-    f=${src#lib/}
-    "$NM" "$objdir/${f%.c}.o" | awk -v f="$f" '
-        $1 == "U" && $2 ~ /^rs__/ { print "U", $2, f }
-        NF == 3 && $2 ~ /^[TDBR]$/ && $3 ~ /^rs__/ { print "D", $3, f }'
-done > "$tmp/syms"
+# nm -A: "OBJECT:VALUE TYPE SYMBOL" for a definition, "OBJECT:  U SYMBOL" for a reference
+# shellcheck disable=SC2086
+"$NM" -A $objs > "$tmp/syms"
 
 awk '
     FILENAME == ARGV[1] { layer[$1] = $2; next }
-    $1 == "D" { def[$2] = $3; next }
-    $1 == "U" { ref[++n] = $2 " " $3 }
+    {
+        i = index($0, ":"); f = substr($0, 1, i - 1); sub(/.*\//, "", f); sub(/\.o$/, ".c", f)
+        split(substr($0, i + 1), w, " ")
+        if (w[1] == "U" && w[2] ~ /^rs__/)
+            ref[++n] = w[2] " " f
+        else if (w[2] ~ /^[TDBR]$/ && w[3] ~ /^rs__/)
+            def[w[3]] = f
+    }
     END {
         for (i = 1; i <= n; i++) {
             split(ref[i], r, " ")
