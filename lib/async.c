@@ -168,6 +168,7 @@ static rs_request_t *request_alloc(rs_client_t *c, size_t len)
     size_t n = offsetof(rs_request_t, str) + len; /* (not sizeof: no tail padding) */
     rs_request_t *rq = calloc(1, n > sizeof *rq ? n : sizeof *rq);
     if (rq) {
+        rq->start_ms = (uint32_t)(rs__now_ns() / RS_NS_PER_MS);
         rq->rlat = (unsigned short)rlat;
         rq->ql.c = c;
         atomic_init(&rq->ql.refs, 1);
