@@ -69,6 +69,9 @@ int rs__deadline_from(rs_client_t *c, const struct timespec *abstime, uint64_t *
 extern atomic_ulong rs__deadline_conversions;
 /* Records a message for the calling thread and returns code. c may be NULL. */
 int rs__fail(rs_client_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* ETIMEDOUT, "deadline passed after N ms of waiting": a blocking wait that began at start_ns
+ * (rs__now_ns's clock) ran out of time (wait.c, and the primitives' own waits). */
+int rs__fail_timedout(rs_client_t *c, uint64_t start_ns);
 void rs__clear_error(void);
 /* This thread's message (rs_tls_error) as it stands, and a copy of text put in its place
  * (truncated as rs__fail's): the event-loop API carries a request's message across threads. */

@@ -86,6 +86,12 @@ int rs__fail(rs_client_t *c, int code, const char *fmt, ...)
     return code;
 }
 
+int rs__fail_timedout(rs_client_t *c, uint64_t start_ns)
+{
+    return rs__fail(c, ETIMEDOUT, "deadline passed after %llu ms of waiting",
+                    (unsigned long long)((rs__now_ns() - start_ns) / RS_NS_PER_MS));
+}
+
 void rs__clear_error(void)
 {
     rs_tls_error[0] = '\0';

@@ -19,13 +19,6 @@
 
 #include "internal.h"
 
-/* ETIMEDOUT once the deadline passed during a wait that began at start_ns */
-static int timed_out(rs_client_t *c, uint64_t start_ns)
-{
-    return rs__fail(c, ETIMEDOUT, "deadline passed after %llu ms of waiting",
-                    (unsigned long long)((rs__now_ns() - start_ns) / RS_NS_PER_MS));
-}
-
 int rs__waiter_begin(rs_client_t *c, rs_waiter_t *w, pthread_cond_t *cv, const char *acqid,
                      const char *key, size_t klen)
 {
@@ -147,7 +140,7 @@ int rs__wait_acquire_with(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx
             else if (wake == RS_WAKE_CANCEL)
                 rc = rs__fail(c, ECANCELED, "the client is closing");
             else
-                rc = crc ? crc : timed_out(c, start_ns);
+                rc = crc ? crc : rs__fail_timedout(c, start_ns);
             break;
         }
         /* RS_WAKE_RETRY, or the holder's lease ran out: try again */
@@ -204,7 +197,7 @@ int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), v
         if (wake == RS_WAKE_CANCEL)
             rc = rs__fail(c, ECANCELED, "the client is closing");
         else if (wake == RS_WAKE_TIMEOUT && rs__now_ns() >= deadline_ns && (r = check(ctx)) != 0)
-            rc = r < 0 ? -r : timed_out(c, start_ns);
+            rc = r < 0 ? -r : rs__fail_timedout(c, start_ns);
         else if (wake == RS_WAKE_TIMEOUT && rs__now_ns() >= deadline_ns)
             break; /* the last check found it done */
     }
