@@ -17,12 +17,12 @@
  *   script.c    EVALSHA with SCRIPT LOAD on NOSCRIPT, retries within timeout_ms, error mapping
  *   hold.c      owner identity (thread numbers, owner tokens, acquisition ids), hold lists
  *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
- *   lease.c, wdlist.c, record.c  the leases; the registry of live leases, their local
- *               deadlines and loss reports; the holder record that rides in the renewals
+ *   lease.c, record.c, wdlist.c  the leases; the holder record that rides in the renewals;
+ *               the registry of live leases, their local deadlines and loss reports
  *   call.c      one call of a primitive built from its handle (rs_call_t), its argv, the
  *               lease built from it, an acquiring reply decoded
  *   rlvote.c    redlock://: a round's answers decided by quorum (pure functions)
- *   redlock.c, rlround.c  redlock://: every call on all masters at once, decided by quorum;
+ *   rlround.c, redlock.c  redlock://: every call on all masters at once, decided by quorum;
  *               a lease's op on Redis either way (rs__lease_call)
  *   wdround.c, watchdog.c  one renewal round in one pipeline; the thread that runs them
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
@@ -32,8 +32,9 @@
  *               on every master's pipeline, async_rl.c), their deadlines in one heap,
  *               completions behind one eventfd
  *   client.c    rs_client_t and the public client calls
- * Files on one line are one layer and may call each other; no file references a function
- * defined in a file listed above it (scripts/layers.sh checks, make check-layers). Calls up
+ * Files on one line are one layer and may call each other (only the event-loop API's do:
+ * async.c, async_req.c, async_wire.c and async_rl.c call one another); no file references a
+ * function defined in a file listed above it (scripts/layers.sh checks, make check-layers). Calls up
  * go through pointers that client.c sets: topology.c tells the notifier that the master
  * moved through c->topo_hook, wdlist.c starts the watchdog thread through c->wd.start, and
  * the last rs__client_unref (life.c) frees the client through c->destroy.
