@@ -11,6 +11,8 @@
 #                     tests/test_examples.c and tests/test_clock.c run them; mk/clock.mk)
 #   make examples     deps, then build/examples/NAME for every examples/NAME.c
 #   make check-asan   deps, then library and suite rebuilt under build/asan/ with ASan+UBSan
+#   make check-layers the library's objects, then scripts/layers.sh: no lib/*.c references
+#                     a function of a file listed above it in lib/internal.h's layer list
 #   make demo         deps, then builds and runs build/redisync-demo (tools/demo/)
 #   make bench        deps, then builds and runs build/redisync-bench (bench/*.c); not in test
 #   make test-network deps, then the fault suite in a network namespace of its own: black
@@ -144,7 +146,7 @@ LINK_PROG    = $(CC) $(SAN_FLAGS) $(CFLAGS) $(LDFLAGS)
 PROG_LIBS    = $(LIB_A) $(HIREDIS_LIBS) $(SSL_LIBS) -pthread
 
 # ---- top-level targets -------------------------------------------------------------------
-.PHONY: all deps test test-acl check-asan demo bench examples install uninstall clean \
+.PHONY: all deps test test-acl check-asan check-layers demo bench examples install uninstall clean \
         test-build demo-build bench-build examples-build
 .DEFAULT_GOAL := all
 .DELETE_ON_ERROR:
@@ -186,6 +188,11 @@ ifeq ($(strip $(TEST_ARGS)),)
 else
 	sh scripts/run-asan.sh $(ASAN_REPORTS) $(ASAN_DIR)/tests/redisync-tests --jobs $(TEST_JOBS) $(TEST_ARGS)
 endif
+
+# nm over build/obj/lib (under a second once the objects are built; .ci/run runs it after
+# make test, which built them).
+check-layers: $(filter $(OBJ)/lib/%,$(LIB_OBJS))
+	sh scripts/layers.sh $(OBJ)/lib
 
 demo: | deps
 	@$(MAKE) --no-print-directory demo-build

@@ -55,20 +55,6 @@ static _Thread_local int in_dispatch;
 
 /* ----- small helpers ------------------------------------------------------------------ */
 
-void rs__aq_poke(int fd)
-{
-    uint64_t one = 1;
-    ssize_t n = write(fd, &one, sizeof one);
-    (void)n; /* EAGAIN only when the counter is full: it is readable then anyway */
-}
-
-void rs__aq_drain(int fd)
-{
-    uint64_t v;
-    ssize_t n = read(fd, &v, sizeof v);
-    (void)n;
-}
-
 /* Wakes the I/O thread once per batch (as->mu held; returns whether to write wfd after
  * unlocking). */
 static int wake_locked(rs_async_t *as)
@@ -171,6 +157,7 @@ static rs_request_t *request_alloc(rs_client_t *c, size_t len)
     size_t n = offsetof(rs_request_t, str) + len; /* (not sizeof: no tail padding) */
     rs_request_t *rq = calloc(1, n > sizeof *rq ? n : sizeof *rq);
     if (rq) {
+        rq->start_ms = (uint32_t)(rs__now_ns() / RS_NS_PER_MS);
         rq->rlat = (unsigned short)rlat;
         rq->ql.c = c;
         atomic_init(&rq->ql.refs, 1);

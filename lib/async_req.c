@@ -99,9 +99,9 @@ int rs__aq_why(rs_async_t *as, rs_request_t *rq, int rc)
                                             : "the acquisition of";
     switch (rc) {
     case ETIMEDOUT:
-        return rs__fail(c, rc, "deadline passed while waiting for %s \"%.*s\"%s", h->kind,
-                        RS_HNAME(h), rq->queued ? " (held by another owner; it left the queue)"
-                                                : "");
+        return rs__fail(c, rc, "deadline passed after %u ms of waiting for %s \"%.*s\"%s",
+                        (unsigned)RS_RQ_WAITED_MS(rq), h->kind, RS_HNAME(h),
+                        rq->queued ? " (held by another owner; it left the queue)" : "");
     case ECANCELED:
         return rs__fail(c, rc, "%s %s \"%.*s\" was cancelled by %s", what, h->kind, RS_HNAME(h),
                         atomic_load(&rq->cancel) ? "rs_request_cancel"
@@ -486,9 +486,10 @@ static void on_timer(rs_async_t *as, rs_request_t *rq)
         if (now >= rq->deadline_ns) {
             rs__aq_list_remove(&as->subq, &as->subq_tail, rq);
             rq->st = ST_NEW;
-            rs__aq_complete(as, rq, rs__fail(as->c, ETIMEDOUT, "deadline passed while waiting "
-                                             "for %s \"%.*s\" (before the subscription to "
-                                             "its wake-ups stood)", rq->h->kind,
+            rs__aq_complete(as, rq, rs__fail(as->c, ETIMEDOUT, "deadline passed after %u ms "
+                                             "of waiting for %s \"%.*s\" (before the "
+                                             "subscription to its wake-ups stood)",
+                                             (unsigned)RS_RQ_WAITED_MS(rq), rq->h->kind,
                                              RS_HNAME(rq->h)), NULL);
         } else if (sub_ready(as, rq, rs__notify_ready(as->c))) {
             subscribed_check(as);

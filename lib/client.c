@@ -9,8 +9,8 @@
  * Lifetime: every public call brackets itself with rs__enter/rs__leave. Close marks the
  * client closing, cancels sleeping waiters, waits for calls in progress to return, releases
  * the holds still registered with the watchdog, stops the threads and frees what it can.
- * Handles keep a reference on the client (rs__client_ref) so that destroying a handle after
- * close touches no freed memory. In a child after fork() every call returns RS_EFORK and
+ * Handles keep a reference on the client (rs__client_ref, life.c) so that destroying a handle
+ * after close touches no freed memory; the last reference frees it through c->destroy. In a child after fork() every call returns RS_EFORK and
  * close only frees memory: the parent's holds are the parent's.
  */
 #include <stdio.h>
@@ -144,17 +144,6 @@ static void client_free(rs_client_t *c)
     free(c);
 }
 
-void rs__client_ref(rs_client_t *c)
-{
-    atomic_fetch_add(&c->refs, 1);
-}
-
-void rs__client_unref(rs_client_t *c)
-{
-    if (atomic_fetch_sub(&c->refs, 1) == 1)
-        client_free(c);
-}
-
 static void cond_init_mono(pthread_cond_t *cv)
 {
     pthread_condattr_t ca;
@@ -183,6 +172,7 @@ RS_API int rs_client_open(rs_client_t **out, const rs_config_t *cfg_in)
     if (!c)
         return rs__fail(NULL, ENOMEM, "out of memory");
     atomic_init(&c->refs, 1);
+    c->destroy = client_free; /* the last rs__client_unref (life.c) */
     pthread_mutex_init(&c->life_mu, NULL);
     pthread_cond_init(&c->life_cv, NULL);
     pthread_mutex_init(&c->pool_mu, NULL);

@@ -2,7 +2,10 @@
  * internal.h - what the core (lib/) offers the primitives, and nothing public.
  *
  * Layers, bottom up (one file per concern):
- *   util.c      clocks, deadlines, per-thread error text, logging, argument vectors
+ *   util.c      clocks, deadlines, per-thread error text, logging, argument vectors, eventfd
+ *               wake-ups
+ *   life.c      a client's life: fork checks, call brackets (rs__enter/rs__leave), its
+ *               references (the last frees it through c->destroy, which client.c sets)
  *   url.c       URL parsing into rs_endpoint_t
  *   transport.c bytes on the wire of every connection: a plain socket or a TLS session
  *   wire.c      commands and replies on one hiredis context
@@ -14,28 +17,32 @@
  *   keys.c      key and channel names (hash tags, escaping)
  *   script.c    EVALSHA with SCRIPT LOAD on NOSCRIPT, retries within timeout_ms, error mapping
  *   hold.c      owner identity (thread numbers, owner tokens, acquisition ids), hold lists
+ *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
+ *   lease.c, record.c, wdlist.c  the leases; the holder record that rides in the renewals;
+ *               the registry of live leases, their local deadlines and loss reports
  *   call.c      one call of a primitive built from its handle (rs_call_t), its argv, the
  *               lease built from it, an acquiring reply decoded
- *   notify.c, notify_shard.c  the subscriber connections and threads; wake waiters by id
- *   lease.c, wdlist.c, record.c  the leases; the registry of live leases, their local
- *               deadlines and loss reports; the holder record that rides in the renewals
  *   rlvote.c    redlock://: a round's answers decided by quorum (pure functions)
- *   redlock.c, rlround.c  redlock://: every call on all masters at once, decided by quorum
+ *   rlround.c, redlock.c  redlock://: every call on all masters at once, decided by quorum;
+ *               a lease's op on Redis either way (rs__lease_call)
  *   wdround.c, watchdog.c  one renewal round in one pipeline; the thread that runs them
  *   wait.c      the one blocking loop every primitive uses (deadline, wake-ups, retry)
  *   handle.c, holdobj.c  handles, what a thread holds through them, hold objects
- *   timerheap.c, async_wire.c, async_dial.c, async_rl.c, async_req.c, async.c  the
- *               event-loop API: one I/O thread per client pipelining the _async calls (under
- *               Redlock each round on every master's pipeline, async_rl.c), their deadlines
- *               in one heap, completions behind one eventfd; it never waits on the network:
- *               its dials and Cluster slot-map loads (conn.c, cluster.c) run on a few dialer
- *               threads beside it (async_dial.c), which hand the result back through its
- *               eventfd
- *   life.c, client.c  fork checks and call brackets; rs_client_t and the public client calls
- * Still pointing up: hold.c reads life.c's fork generation, and handle.c takes client
- * references through client.c. (topology.c tells the notifier that the master moved through
- * c->topo_hook, and wdlist.c starts the watchdog thread through c->wd.start: client.c sets
- * both.)
+ *   async_dial.c  the event-loop API's dialer threads: the I/O thread's dials and Cluster
+ *               slot-map loads (conn.c, cluster.c) made beside it, each result handed back
+ *               through its eventfd
+ *   timerheap.c, async_wire.c, async_rl.c, async_req.c, async.c  the event-loop API: one
+ *               I/O thread per client pipelining the _async calls (under Redlock each round
+ *               on every master's pipeline, async_rl.c), their deadlines in one heap,
+ *               completions behind one eventfd; it never waits on the network (its dials:
+ *               async_dial.c)
+ *   client.c    rs_client_t and the public client calls
+ * Files on one line are one layer and may call each other (only the event-loop API's do:
+ * async.c, async_req.c, async_wire.c and async_rl.c call one another); no file references a
+ * function defined in a file listed above it (scripts/layers.sh checks, make check-layers).
+ * Calls up go through pointers that client.c sets: topology.c tells the notifier that the
+ * master moved through c->topo_hook, wdlist.c starts the watchdog thread through
+ * c->wd.start, and the last rs__client_unref (life.c) frees the client through c->destroy.
  * A primitive (primitives/NAME/) builds its keys, runs its script through rs__eval, keeps
  * its holds alive with rs__watch_add and waits with rs__wait_acquire. lib/ never names a
  * primitive.
@@ -68,6 +75,9 @@ int rs__deadline_from(rs_client_t *c, const struct timespec *abstime, uint64_t *
 extern atomic_ulong rs__deadline_conversions;
 /* Records a message for the calling thread and returns code. c may be NULL. */
 int rs__fail(rs_client_t *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* ETIMEDOUT, "deadline passed after N ms of waiting": a blocking wait that began at start_ns
+ * (rs__now_ns's clock) ran out of time (wait.c, and the primitives' own waits). */
+int rs__fail_timedout(rs_client_t *c, uint64_t start_ns);
 void rs__clear_error(void);
 /* This thread's message (rs_tls_error) as it stands, and a copy of text put in its place
  * (truncated as rs__fail's): the event-loop API carries a request's message across threads. */
@@ -77,6 +87,9 @@ void rs__log(rs_client_t *c, int level, const char *fmt, ...) __attribute__((for
 /* Checks a primitive name: non-NULL, 1..RS_NAME_MAX bytes. */
 int rs__check_name(rs_client_t *c, const char *name, size_t *len);
 void rs__sleep_ns(uint64_t ns);
+/* An eventfd made readable (poke) and read back (drain): the event-loop API's wake-ups. */
+void rs__aq_poke(int fd);
+void rs__aq_drain(int fd);
 /* pthread_cond_timedwait until until_ns (rs__now_ns's clock: cv made with CLOCK_MONOTONIC). */
 void rs__cv_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t until_ns);
 
@@ -154,7 +167,6 @@ size_t rs__acq_id(rs_client_t *c, char *buf);
 int rs__acq_sharded(const char *id); /* 1 for "PUBLICID:sN..." */
 /* getrandom(2), retried on EINTR: 0 or -1 */
 int rs__random_bytes(unsigned char *buf, size_t n);
-unsigned rs__fork_generation(void); /* life.c: bumped in every fork child (pthread_atfork) */
 
 typedef struct rs_lease rs_lease_t;
 /* What one thread holds through one handle. */
@@ -241,9 +253,6 @@ void rs__lease_argv(const rs_lease_t *l, const char *op, struct rs_lease_scratch
                     rs_argv_t *out);
 /* The lease's first key (its primitive's main key; out may point into *s). */
 const char *rs__lease_key(const rs_lease_t *l, struct rs_lease_scratch *s, size_t *len);
-/* Runs the lease's script with op (e.g. its release_op) through rs__eval; under Redlock on
- * every master (rs__rl_lease_int), with *out NULL. */
-int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out);
 void rs__lease_unref(rs_lease_t *l);
 /* Registers l: Redis confirmed it with ttl_ms left by a call sent at sent_ns. */
 int rs__watch_add(rs_client_t *c, rs_lease_t *l, uint64_t sent_ns, long ttl_ms);
@@ -511,6 +520,10 @@ typedef struct rs_rl_tally {
 int rs__rl_call_int(rs_client_t *c, const rs_script_t *s, int nkeys, const rs_argv_t *args,
                     long lease_ms, rs_rl_tally_t *t);
 int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_t *t);
+/* Runs the lease's script with op (e.g. its release_op) through rs__eval; under Redlock on
+ * every master (rs__rl_lease_int), with *out NULL. Here, not in lease.c: the one file under
+ * its callers (client.c, handle.c) that knows both ways. */
+int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out);
 /* ----- rlvote.c: Redlock's decisions, shared by redlock.c and async_rl.c ------------- */
 struct rs_call;
 struct rs_handle;

@@ -60,12 +60,13 @@ enum { OP_ACQ, OP_CANCEL, OP_REL, OP_HREL, OP_GET };
 /* REL: undo a grant; HREL: release a hold; GET: check an event (RQ_EVT) */
 
 /* A request: one allocation, sized to fit, and all a pending request costs beyond the
- * client's per-request slots (bench/async/async.c prints it; docs/performance.md): 480
- * bytes from malloc for an rs_mutex_acquire_async with a 13-byte name, of which 409 of
- * record (136 its queue-entry lease, 96 its callback waiter, 177 the rest, of which the
- * Cluster's ASK byte and Redlock's rlat), 64 of strings (a 38-byte acquisition id, the
- * 24-byte main key, their NULs), 7 of malloc's header and rounding (a longer name or id can
- * cross into the next 16-byte step). Under Redlock the block also holds the request's
+ * client's per-request slots (bench/async/async.c prints it; docs/performance.md): one
+ * 496-byte malloc chunk (488 usable) for an rs_mutex_acquire_async with a 13-byte name, of
+ * which 413 of record (136 its queue-entry lease, 96 its callback waiter, 181 the rest, of
+ * which the Cluster's ASK byte, Redlock's rlat and the 4-byte start_ms), 64 of strings (a
+ * 38-byte acquisition id, the 24-byte main key, their NULs), 19 of malloc's header and
+ * rounding (11 of them usable: a name or id 12 bytes longer crosses into the next 16-byte
+ * step). Under Redlock the block also holds the request's
  * rs_arl_t (192 bytes, after the strings, 8-aligned).
  *
  * The block starts with the request's queue-entry lease, so the lease costs no allocation
@@ -123,6 +124,8 @@ struct rs_request {
     struct rs_request *next;  /* submit list, then completion list */
     struct rs_request *wnext; /* woken list */
     struct rs_request *cnext; /* cancel list */
+    uint32_t start_ms;        /* rs__now_ns() in ms when it was made, mod 2^32: how long it
+                                 has waited (RS_RQ_WAITED_MS) for the ETIMEDOUT message */
     unsigned short kat, klen; /* RQ_ACQ: the main key at str + kat, klen bytes */
     unsigned short rlat;      /* under Redlock: its rs_arl_t at str + rlat (async_rl.c) */
     /* small fields: set before it is submitted, then read-only; one byte each */
@@ -163,6 +166,8 @@ typedef struct rs_arl {
 } rs_arl_t;
 /* Before its completion: whether rq->err is the message already (not ev or fence_floor). */
 #define RS_RQ_NOTED(rq) ((rq)->type == RQ_ACQ && (rq)->undo_rc)
+/* How long rq has waited, in ms (exact to 1 ms for waits under 49 days) */
+#define RS_RQ_WAITED_MS(rq) ((uint32_t)(rs__now_ns() / RS_NS_PER_MS) - (rq)->start_ms)
 /* A live request's client's async state (no pointer of its own in the record) */
 #define RS_RQ_AS(rq) atomic_load(&(rq)->ql.c->as)
 
@@ -225,8 +230,6 @@ typedef struct rs_async {
     rs_adial_t dl;             /* the dialer threads (async_dial.c) */
 } rs_async_t;
 
-void rs__aq_poke(int fd);
-void rs__aq_drain(int fd);
 void rs__aq_call(const rs_request_t *rq, rs_call_t *k); /* rq's call, rebuilt */
 void rs__aq_on_wake(rs_waiter_t *w);                    /* the callback waiter's wake-up */
 /* async_req.c: the request lists, and the transitions */

@@ -1,6 +1,7 @@
 /*
  * internal_client.h - struct rs_client, the state every layer of lib/ keeps in the client,
- * and the holder record's calls (record.c). Part of internal.h, which includes it last;
+ * the holder record's calls (record.c) and life.c's (fork checks, call brackets, the
+ * client's references). Part of internal.h, which includes it last;
  * include that.
  */
 #ifndef RS_INTERNAL_H
@@ -26,7 +27,8 @@ struct rs_client {
     rs_tls_t *tls;            /* TLS: the client's SSL_CTX (transport.c); NULL: plain */
 
     struct rs_async *_Atomic as; /* the event-loop API (async.c): made at the first use */
-    atomic_int refs;          /* the opener's and one per handle */
+    atomic_int refs;          /* the opener's and one per handle (life.c) */
+    void (*destroy)(rs_client_t *c); /* frees c at the last reference (client.c sets it) */
     int closed;
     unsigned fork_generation; /* fork detection: see rs__forked */
     char public_id[17];
@@ -163,14 +165,16 @@ int rs__rec_append(rs_client_t *c, redisContext *ctx, int full);
 /* The PEXPIRE's reply, for a pipeline sent at sent_ns: alive, or to be written again. */
 void rs__rec_answered(rs_client_t *c, const redisReply *r, uint64_t sent_ns);
 
-/* Handles keep the client's memory alive after rs_client_close (then c->closed is 1). */
+/* ----- life.c (just above util.c, under every other file of lib/) -------------------- */
+/* Handles keep the client's memory alive after rs_client_close (then c->closed is 1); the
+ * last reference calls c->destroy. */
 void rs__client_ref(rs_client_t *c);
 void rs__client_unref(rs_client_t *c);
-/* life.c (the bottom layer, under every other file of lib/): 1 in a child of fork() (of the
- * process that opened c). */
+/* 1 in a child of fork() (of the process that opened c). */
 int rs__forked(const rs_client_t *c);
 /* The fork generation a new client records (and the fork watch set up, once). */
 unsigned rs__fork_watch(void);
+unsigned rs__fork_generation(void); /* bumped in every fork child (pthread_atfork) */
 /* Every public call on a client brackets its work with these: EFORK in a forked child,
  * ECANCELED once closing. */
 int rs__enter(rs_client_t *c);

@@ -139,16 +139,3 @@ const char *rs__lease_key(const rs_lease_t *l, rs_lease_scratch_t *s, size_t *le
     *len = a.n > 0 ? a.len[0] : 0;
     return a.n > 0 ? a.v[0] : "";
 }
-
-int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out)
-{
-    if (c->ep.mode == RS_MODE_REDLOCK) {
-        rs_rl_tally_t t;
-        *out = NULL;
-        return rs__rl_lease_int(c, l, op, &t);
-    }
-    rs_lease_scratch_t s;
-    rs_argv_t a;
-    rs__lease_argv(l, op, &s, &a);
-    return rs__eval(c, l->script, l->nkeys, &a, out);
-}

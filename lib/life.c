@@ -1,9 +1,10 @@
 /*
- * life.c - what every layer of lib/ asks about a client's life, kept at the bottom so that
- * no lower file calls up into client.c: the fork generation (a child of fork() sees its
- * clients as the parent's: RS_EFORK) and the bracket of every public call (rs__enter /
- * rs__leave: refused once the client is closing; close waits for the calls in progress).
- * client.c opens and closes clients on top of it.
+ * life.c - what every layer of lib/ asks about a client's life, kept at the bottom (just
+ * above util.c) so that no lower file calls up into client.c: the fork generation (a child
+ * of fork() sees its clients as the parent's: RS_EFORK), the bracket of every public call
+ * (rs__enter / rs__leave: refused once the client is closing; close waits for the calls in
+ * progress) and the client's references (the opener's and one per handle: the last one
+ * frees it through c->destroy). client.c opens and closes clients on top of it.
  */
 #include <pthread.h>
 
@@ -36,6 +37,17 @@ int rs__forked(const rs_client_t *c)
 unsigned rs__fork_generation(void)
 {
     return atomic_load(&rs_fork_generation);
+}
+
+void rs__client_ref(rs_client_t *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+}
+
+void rs__client_unref(rs_client_t *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1)
+        c->destroy(c);
 }
 
 int rs__enter(rs_client_t *c)

@@ -138,6 +138,19 @@ int rs__rl_lease_int(rs_client_t *c, rs_lease_t *l, const char *op, rs_rl_tally_
     return rs__rl_call_int(c, l->script, l->nkeys, &a, l->lease_ms, t);
 }
 
+int rs__lease_call(rs_client_t *c, rs_lease_t *l, const char *op, redisReply **out)
+{
+    if (c->ep.mode == RS_MODE_REDLOCK) {
+        rs_rl_tally_t t;
+        *out = NULL;
+        return rs__rl_lease_int(c, l, op, &t);
+    }
+    rs_lease_scratch_t s;
+    rs_argv_t a;
+    rs__lease_argv(l, op, &s, &a);
+    return rs__eval(c, l->script, l->nkeys, &a, out);
+}
+
 /* ----- acquisition (rs__wait_acquire's operations; ctx is the rs_call_t) ------------- */
 
 /* Best effort, one round: "rel" of this acquisition on the masters of mask (those that

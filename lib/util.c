@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <stdatomic.h>
 
@@ -84,6 +85,12 @@ int rs__fail(rs_client_t *c, int code, const char *fmt, ...)
     if (c && c->log)
         rs__log(c, RS_LOG_DEBUG, "error %d: %s", code, rs_tls_error);
     return code;
+}
+
+int rs__fail_timedout(rs_client_t *c, uint64_t start_ns)
+{
+    return rs__fail(c, ETIMEDOUT, "deadline passed after %llu ms of waiting",
+                    (unsigned long long)((rs__now_ns() - start_ns) / RS_NS_PER_MS));
 }
 
 void rs__clear_error(void)
@@ -164,4 +171,20 @@ void rs__argv_fmt(rs_argv_t *a, const char *fmt, ...)
         n = 0; /* cannot happen with the short numbers formatted here */
     a->used += (size_t)n + 1;
     rs__argv_ref(a, dst, (size_t)n);
+}
+
+/* An eventfd (non-blocking) made readable, and read back to not readable: how the event-loop
+ * API's threads wake each other (async.c, async_req.c, async_dial.c). */
+void rs__aq_poke(int fd)
+{
+    uint64_t one = 1;
+    ssize_t n = write(fd, &one, sizeof one);
+    (void)n; /* EAGAIN only when the counter is full: it is readable then anyway */
+}
+
+void rs__aq_drain(int fd)
+{
+    uint64_t v;
+    ssize_t n = read(fd, &v, sizeof v);
+    (void)n;
 }

@@ -55,7 +55,8 @@ int rs__wait_acquire_with(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx
                           uint64_t deadline_ns, rs_waiter_t *given, rs_attempt_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (try_only || deadline_ns <= rs__now_ns()) {
+    uint64_t start_ns = rs__now_ns();
+    if (try_only || deadline_ns <= start_ns) {
         int rc = ops->attempt(ctx, 0, out);
         if (rc != 0 || out->granted || out->done)
             return rc;
@@ -139,7 +140,7 @@ int rs__wait_acquire_with(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx
             else if (wake == RS_WAKE_CANCEL)
                 rc = rs__fail(c, ECANCELED, "the client is closing");
             else
-                rc = crc ? crc : rs__fail(c, ETIMEDOUT, "deadline passed while waiting");
+                rc = crc ? crc : rs__fail_timedout(c, start_ns);
             break;
         }
         /* RS_WAKE_RETRY, or the holder's lease ran out: try again */
@@ -169,6 +170,7 @@ int rs__wait_acquire_with(rs_client_t *c, const rs_acquire_ops_t *ops, void *ctx
 int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), void *ctx,
                    long recheck_ms, uint64_t deadline_ns)
 {
+    uint64_t start_ns = rs__now_ns();
     int rc = check(ctx);
     if (rc <= 0)
         return rc < 0 ? -rc : 0;
@@ -195,7 +197,7 @@ int rs__wait_event(rs_client_t *c, const char *topic, int (*check)(void *ctx), v
         if (wake == RS_WAKE_CANCEL)
             rc = rs__fail(c, ECANCELED, "the client is closing");
         else if (wake == RS_WAKE_TIMEOUT && rs__now_ns() >= deadline_ns && (r = check(ctx)) != 0)
-            rc = r < 0 ? -r : rs__fail(c, ETIMEDOUT, "deadline passed while waiting");
+            rc = r < 0 ? -r : rs__fail_timedout(c, start_ns);
         else if (wake == RS_WAKE_TIMEOUT && rs__now_ns() >= deadline_ns)
             break; /* the last check found it done */
     }

@@ -8,7 +8,8 @@
  *
  *   ok_is_empty            a grant: "" inside done; the earlier message back after dispatch
  *   deadline_names_it      a deadline while another client holds the name: ETIMEDOUT, "deadline
- *                          passed" and the name
+ *                          passed after N ms of waiting" with N the time from the call to the
+ *                          deadline (at least) and to done (at most), and the name
  *   cancel_says_so         rs_request_cancel of a queued request: ECANCELED, "rs_request_cancel"
  *   close_says_so          rs_client_close with a request queued: ECANCELED inside the close,
  *                          "rs_client_close"
@@ -151,13 +152,22 @@ Test(async_err, deadline_names_it)
     contest_up(&t, "e-deadline", 30000, 2000);
     seen_t o = {0};
     rs_request_t *req;
-    struct timespec dl = tu_abs_in(300);
     set_prior(t.c);
+    long long t0 = tu_mono_ms();
+    struct timespec dl = tu_abs_in(300);
     cr_assert_eq(rs_mutex_acquire_async(t.m, &dl, seen_done, &o, &req), 0);
+    long long t1 = tu_mono_ms();
     wait_done(t.c, &o);
+    long long t2 = tu_mono_ms();
     expect_prior(t.c);
     expect_text(&o, ETIMEDOUT, "deadline passed");
     cr_expect_not_null(strstr(o.text, "e-deadline"), "no name in \"%s\"", o.text);
+    /* the request was made between t0 and t1 and its deadline is t0 + 300 or later; the
+     * message was written before t2 (3 and 2 ms: the two sides' whole-ms clocks) */
+    long n = tu_waited_ms(o.text);
+    cr_expect(n >= 300 - (t1 - t0) - 3 && n <= t2 - t0 + 2,
+              "\"%s\": %ld ms of waiting, not %lld to %lld", o.text, n, 300 - (t1 - t0) - 3,
+              t2 - t0 + 2);
     contest_down(&t, 1);
 }
 

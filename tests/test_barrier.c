@@ -197,8 +197,15 @@ Test(barrier, timed_out_party_withdrawn)
         c[i] = tu_open_client(&s, 2000, 0, NULL);
         b[i] = barrier_of(c[i], "w", 2);
     }
+    long long tw0 = tu_mono_ms();
     struct timespec dl = tu_abs_in(200);
     cr_expect_eq(rs_barrier_timedwait(b[0], &dl), ETIMEDOUT, "alone: times out");
+    long long tw1 = tu_mono_ms();
+    /* how long it waited: from its start (after tw0; 100 ms spared) to its return */
+    long waited = tu_waited_ms(rs_client_lasterror(c[0]));
+    cr_expect(waited >= 100 && waited <= tw1 - tw0 + 1,
+              "\"%s\": %ld ms of waiting, not 100 to %lld", rs_client_lasterror(c[0]), waited,
+              tw1 - tw0 + 1);
     cr_expect_eq(ts_cmd_int(&s, "SCARD rs:{w}:barrier:in"), 0, "the arrival was not withdrawn");
     /* the withdrawn party does not count: one more arrival does not trip it */
     waiter_t w1 = {.b = b[1]};

@@ -397,8 +397,15 @@ Test(cond, timedwait_returns_holding)
     rs_mutex_t *m = mutex_of(c, "tm");
     cr_assert_eq(rs_mutex_lock(m), 0);
     uint64_t f0 = rs_mutex_fence(m);
+    long long tw0 = tu_mono_ms();
     struct timespec dl = tu_abs_in(200);
     cr_expect_eq(rs_cond_timedwait(cv, m, &dl), ETIMEDOUT);
+    long long tw1 = tu_mono_ms();
+    /* how long it waited: from its start (after tw0; 100 ms spared) to its return */
+    long waited = tu_waited_ms(rs_client_lasterror(c));
+    cr_expect(waited >= 100 && waited <= tw1 - tw0 + 1,
+              "\"%s\": %ld ms of waiting, not 100 to %lld", rs_client_lasterror(c), waited,
+              tw1 - tw0 + 1);
     uint64_t f1 = rs_mutex_fence(m);
     cr_expect_gt(f1, f0, "ETIMEDOUT without holding the mutex again (token %llu)",
                  (unsigned long long)f1);

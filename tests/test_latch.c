@@ -188,10 +188,17 @@ Test(latch, basics)
     cr_expect(ttl > 0 && ttl <= DAY_MS, "PTTL after init: %lld", ttl);
 
     /* closed: a timed wait times out at its deadline, a past deadline at once */
+    long long tw0 = tu_mono_ms();
     struct timespec dl = tu_abs_in(500);
     int rc = rs_latch_timedwait(l, &dl);
+    long long tw1 = tu_mono_ms();
     long long late = real_ms() - ((long long)dl.tv_sec * 1000 + dl.tv_nsec / 1000000);
     cr_expect_eq(rc, ETIMEDOUT, "timedwait on a closed latch: %d %s", rc, rs_client_lasterror(c));
+    /* how long it waited: from its start (after tw0; 200 ms spared) to its return */
+    long waited = tu_waited_ms(rs_client_lasterror(c));
+    cr_expect(waited >= 300 && waited <= tw1 - tw0 + 1,
+              "\"%s\": %ld ms of waiting, not 300 to %lld",
+              rs_client_lasterror(c), waited, tw1 - tw0 + 1);
     cr_expect(late >= 0 && late < 3000, "timedwait returned %lld ms after its deadline", late);
     dl = tu_abs_in(-1000);
     long long t0 = tu_mono_ms();

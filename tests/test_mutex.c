@@ -95,12 +95,20 @@ Test(mutex, basics, .timeout = 60, .fini = tu_kill_kids)
     cr_expect_eq(rs_mutex_destroy(m), EBUSY, "destroy while held");
     cr_expect_eq(rs_mutex_fence(m), f, "the failed calls left the hold alone");
 
-    /* timedlock on the held mutex: ETIMEDOUT after the deadline, nothing left queued */
+    /* timedlock on the held mutex: ETIMEDOUT after the deadline, nothing left queued; the
+     * message says how long it waited: from its start (after tw0, when the call had all
+     * but the 200 ms the bound spares it left) to its return */
+    long long tw0 = tu_mono_ms();
     struct timespec dl = tu_abs_in(700);
     rc = rs_mutex_timedlock(m2, &dl);
+    long long tw1 = tu_mono_ms();
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     cr_expect_eq(rc, ETIMEDOUT, "timedlock on a held mutex: %d %s", rc, rs_client_lasterror(c2));
+    long waited = tu_waited_ms(rs_client_lasterror(c2));
+    cr_expect(waited >= 500 && waited <= tw1 - tw0 + 1,
+              "\"%s\": %ld ms of waiting, not 500 to %lld",
+              rs_client_lasterror(c2), waited, tw1 - tw0 + 1);
     long long late = ts_diff_ms(&now, &dl);
     cr_expect(late >= 0 && late < 3000, "timedlock returned %lld ms after its deadline", late);
     cr_expect_eq(zcard_q(&s, "b"), 0, "the timed-out waiter left the queue");

@@ -154,8 +154,10 @@ static int withdraw(rs_barrier_t *b, const char *acqid, int rc)
 }
 
 /* Sleeps on w (registered on the barrier's channel, watched before the arrival in gen)
- * until the generation tripped (0), the deadline (ETIMEDOUT), close (ECANCELED) or an error. */
-static int sleep_trip(rs_barrier_t *b, rs_waiter_t *w, long long gen, uint64_t deadline)
+ * until the generation tripped (0), the deadline (ETIMEDOUT, its message counting from
+ * start_ns, when the call began), close (ECANCELED) or an error. */
+static int sleep_trip(rs_barrier_t *b, rs_waiter_t *w, long long gen, uint64_t start_ns,
+                      uint64_t deadline)
 {
     rs_client_t *c = b->h.c;
     barrier_wait_t bw = {b, gen};
@@ -178,7 +180,7 @@ static int sleep_trip(rs_barrier_t *b, rs_waiter_t *w, long long gen, uint64_t d
         } else if (wake == RS_WAKE_TIMEOUT && rs__now_ns() >= deadline) {
             r = check_tripped(&bw);
             if (r > 0)
-                return rs__fail(c, ETIMEDOUT, "deadline passed while waiting");
+                return rs__fail_timedout(c, start_ns);
         } else {
             r = check_tripped(&bw); /* a reconnect (messages may be lost), or the recheck */
         }
@@ -189,7 +191,7 @@ static int sleep_trip(rs_barrier_t *b, rs_waiter_t *w, long long gen, uint64_t d
 
 static int waited(rs_barrier_t *b, const struct timespec *abstime)
 {
-    uint64_t deadline = RS_NO_DEADLINE;
+    uint64_t deadline = RS_NO_DEADLINE, start_ns = rs__now_ns();
     int rc = rs__handle_begin(b ? &b->h : NULL, "barrier", abstime, &deadline);
     if (rc)
         return rc;
@@ -221,7 +223,7 @@ static int waited(rs_barrier_t *b, const struct timespec *abstime)
         } else if (v == 2) {
             rc = 0;
         } else if (v == 0 && g >= 0) {
-            rc = sleep_trip(b, &w, g, deadline);
+            rc = sleep_trip(b, &w, g, start_ns, deadline);
             if (rc != 0)
                 rc = withdraw(b, acqid, rc);
         } else {

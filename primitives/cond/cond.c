@@ -109,9 +109,9 @@ static void entry_drop(rs_client_t *c, rs_lease_t *l)
 
 /* Steps 4 and 5: sleeps until woken (0), the deadline (ETIMEDOUT), close (ECANCELED) or an
  * error; an unwoken end leaves the queue, and a signal found to have taken the entry makes
- * it 0 after all. */
-static int sleep_on(rs_call_t *k, rs_waiter_t *w, rs_lease_t **ql, uint64_t deadline,
-                    int resent)
+ * it 0 after all. start_ns: when the call began (ETIMEDOUT's message says how long ago). */
+static int sleep_on(rs_call_t *k, rs_waiter_t *w, rs_lease_t **ql, uint64_t start_ns,
+                    uint64_t deadline, int resent)
 {
     rs_client_t *c = k->h->c;
     int rc = 0, woken = 0;
@@ -124,7 +124,7 @@ static int sleep_on(rs_call_t *k, rs_waiter_t *w, rs_lease_t **ql, uint64_t dead
         } else if (wake == RS_WAKE_CANCEL) {
             rc = rs__fail(c, ECANCELED, "the client is closing");
         } else if (wake == RS_WAKE_TIMEOUT && rs__now_ns() >= deadline) {
-            rc = rs__fail(c, ETIMEDOUT, "deadline passed while waiting");
+            rc = rs__fail_timedout(c, start_ns);
         } else {
             /* a poke (the entry's renewal found it gone, the subscriber reconnected) or a
              * message without the secret: ask whether the entry still waits */
@@ -259,7 +259,7 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
                         "(recursive mutexes cannot be waited with)",
                         mh->kind && mh->kind[0] == 'r' && mh->kind[1] == 'm' ? "n" : "",
                         mh->kind ? mh->kind : "?");
-    uint64_t deadline = RS_NO_DEADLINE;
+    uint64_t deadline = RS_NO_DEADLINE, start_ns = rs__now_ns();
     int rc = rs__handle_begin(&cv->h, "cond", abstime, &deadline);
     if (rc)
         return rc;
@@ -331,7 +331,7 @@ static int waited(rs_cond_t *cv, rs_mutex_t *m, const struct timespec *abstime)
     if (relrc == 0) {
         if (pre)
             rs__notify_arm(c, &w, presend, pre);
-        wrc = sleep_on(&k, &w, &ql, deadline, resent);
+        wrc = sleep_on(&k, &w, &ql, start_ns, deadline, resent);
     } else {
         /* lost (RS_ELOST: re-acquired below, like any outcome), or Redis away, or closing */
         char why[512];

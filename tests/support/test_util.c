@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,17 @@ long long tu_mono_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+long tu_waited_ms(const char *text)
+{
+    const char *p = text ? strstr(text, "deadline passed after ") : NULL;
+    if (!p)
+        return -1;
+    p += strlen("deadline passed after ");
+    char *end;
+    long n = strtol(p, &end, 10);
+    return end != p && n >= 0 && strncmp(end, " ms of waiting", 14) == 0 ? n : -1;
 }
 
 void tu_sleep_ms(long ms)

@@ -35,6 +35,9 @@ void tu_sleep_ms(long ms);
 /* CLOCK_REALTIME now + ms (negative: in the past), as the deadline of a timed call. */
 struct timespec tu_abs_in(long ms);
 
+/* N of the "deadline passed after N ms of waiting" in an ETIMEDOUT message; -1 if none. */
+long tu_waited_ms(const char *text);
+
 /* Polls (every 5 ms) until *v >= want; 1 if it got there within timeout_ms. */
 int tu_wait_atomic(atomic_int *v, int want, long timeout_ms);
 
