@@ -58,8 +58,7 @@ static void env_start(acl_env_t *e)
     e->n = 3;
     cr_assert_eq(ts_cluster_start(e->nodes, 3), 0);
     ts_unique_prefix(e->prefix, sizeof e->prefix);
-    snprintf(e->url, sizeof e->url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             e->nodes[0].port);
+    ts_cluster_url(e->url, sizeof e->url, &e->nodes[0]);
 }
 
 static rs_client_t *env_client(const acl_env_t *e, long lease_ms)
@@ -429,8 +428,7 @@ Test(async_cluster, min_replicas_confirmed)
     cr_assert_eq(ts_cluster_start_rep(e.nodes, 6, 1, NULL), 0);
     ts_unique_prefix(e.prefix, sizeof e.prefix);
     int seed = ts_cluster_is_master(&e.nodes[0]) ? 0 : 1;
-    snprintf(e.url, sizeof e.url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             e.nodes[seed].port);
+    ts_cluster_url(e.url, sizeof e.url, &e.nodes[seed]);
     e.min_replicas = 1;
     char names[3][16];
     int have[6] = {0}, got = 0;

@@ -206,8 +206,7 @@ Test(async_dial, cluster_node_stopped)
     cr_assert_eq(ts_cluster_start(nodes, 3), 0);
     char prefix[32], url[160];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[0].port);
+    ts_cluster_url(url, sizeof url, &nodes[0]);
     rs_config_t cfg;
     rs_config_init(&cfg);
     cfg.url = url;

@@ -176,8 +176,7 @@ Test(cluster, many_names_keep_exclusion)
     cr_assert_eq(ts_server_start(&checker, NULL), 0);
     char prefix[32], url[160];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[1].port);
+    ts_cluster_url(url, sizeof url, &nodes[1]);
 
     /* the names cover every master */
     int seen[NNODES] = {0};

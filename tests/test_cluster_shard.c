@@ -198,8 +198,7 @@ Test(cluster_shard, wakeup_skips_the_bus)
     cr_assert_eq(ts_cluster_start(nodes, 3), 0);
     char prefix[32], url[160];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[0].port);
+    ts_cluster_url(url, sizeof url, &nodes[0]);
     long long pub, spub;
     long long ms = one_handoff(nodes, 3, url, prefix, 0, 1, &pub, &spub);
     cr_log_info("sharded wake-up: %lld ms, %lld bus publish messages, %lld SPUBLISH", ms, pub,
@@ -224,8 +223,7 @@ Test(cluster_shard, forced_classic_publishes)
     cr_assert_eq(ts_cluster_start(nodes, 3), 0);
     char prefix[32], url[160];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[1].port);
+    ts_cluster_url(url, sizeof url, &nodes[1]);
     long long pub, spub;
     long long ms = one_handoff(nodes, 3, url, prefix, 1, 0, &pub, &spub);
     cr_log_info("classic wake-up: %lld ms, %lld bus publish messages, %lld SPUBLISH", ms, pub,
@@ -294,8 +292,7 @@ Test(cluster_shard, migration_serves_waiters)
     mv->nodes = nodes;
     mv->n = 3;
     ts_unique_prefix(mv->prefix, sizeof mv->prefix);
-    snprintf(mv->url, sizeof mv->url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[0].port);
+    ts_cluster_url(mv->url, sizeof mv->url, &nodes[0]);
     char key[96];
     snprintf(key, sizeof key, "%s:{n0}:mutex", mv->prefix);
     int slot = (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key);
@@ -368,8 +365,7 @@ Test(cluster_shard, failover_serves_waiters)
     mv->n = 6;
     ts_unique_prefix(mv->prefix, sizeof mv->prefix);
     int seed = ts_cluster_is_master(&nodes[0]) ? 0 : 1;
-    snprintf(mv->url, sizeof mv->url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[seed].port);
+    ts_cluster_url(mv->url, sizeof mv->url, &nodes[seed]);
     char key[96];
     snprintf(key, sizeof key, "%s:{n0}:mutex", mv->prefix);
     int slot = (int)ts_cmd_int(&nodes[0], "CLUSTER KEYSLOT %s", key);
@@ -423,8 +419,7 @@ Test(cluster_shard, channels_bounded_no_lost_wakeup, .timeout = 180)
     cr_assert_eq(ts_cluster_start(nodes, 3), 0);
     char prefix[32], url[160];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[2].port);
+    ts_cluster_url(url, sizeof url, &nodes[2]);
     rs_client_t *h = open_client(url, prefix, 1); /* classic: it never waits, no channels */
     waiter_t w;
     memset(&w, 0, sizeof w);
@@ -487,8 +482,7 @@ Test(cluster_shard, min_replicas_sync_stays_in_the_shard)
     cr_assert_eq(ts_cluster_start_rep(nodes, 6, 1, NULL), 0);
     char prefix[32], url[160];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[0].port);
+    ts_cluster_url(url, sizeof url, &nodes[0]);
     rs_config_t cfg;
     rs_config_init(&cfg);
     cfg.url = url;

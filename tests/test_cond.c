@@ -626,8 +626,7 @@ Test(cond, cluster_other_masters)
     cr_assert_eq(ts_cluster_start(nodes, 3), 0);
     char prefix[32], url[160];
     ts_unique_prefix(prefix, sizeof prefix);
-    snprintf(url, sizeof url, "redis-cluster://%s127.0.0.1:%d", ts_deploy_userinfo(),
-             nodes[0].port);
+    ts_cluster_url(url, sizeof url, &nodes[0]);
     /* a mutex name on another master than the condition "cc" */
     char key[96], mname[16] = "";
     snprintf(key, sizeof key, "%s:{cc}:cond", prefix);

@@ -736,6 +736,12 @@ const char *ts_unique_prefix(char *buf, size_t len)
     return buf;
 }
 
+char *ts_cluster_url(char *url, size_t len, const ts_server_t *node)
+{
+    snprintf(url, len, "redis-cluster://%s%s:%d", ts_deploy_userinfo(), TS_HOST, node->port);
+    return url;
+}
+
 char *ts_redlock_url(char *url, size_t len, const ts_server_t *s, int n)
 {
     int w = snprintf(url, len, "redlock://%s", ts_acl_userinfo());

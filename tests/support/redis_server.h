@@ -121,6 +121,10 @@ const char *ts_unique_prefix(char *buf, size_t len);
  * userinfo under RS_TEST_ACL) and returns url. */
 char *ts_redlock_url(char *url, size_t len, const ts_server_t *s, int n);
 
+/* Writes the redis-cluster:// URL whose seed is the started node (with the deployment
+ * user's userinfo under RS_TEST_ACL: ts_deploy_userinfo) into url and returns url. */
+char *ts_cluster_url(char *url, size_t len, const ts_server_t *node);
+
 /* "USER:PASSWORD@" for the userinfo of redis-sentinel:// and redis-cluster:// URLs under
  * RS_TEST_ACL (make test-acl: a user with exactly the deployment rights of
  * docs/security.md), else "". */
