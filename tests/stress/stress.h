@@ -197,6 +197,21 @@ static inline void st_start_server(ts_server_t *srv, const char *prog)
     }
 }
 
+/* n servers for a redlock:// client (exits 2 when one cannot start): their URL into url,
+ * a fresh key prefix into prefix. */
+static inline void st_start_redlock(ts_server_t *srv, int n, char *url, size_t ulen,
+                                    char *prefix, size_t plen, const char *prog)
+{
+    st_prog = prog;
+    for (int i = 0; i < n; i++)
+        if (ts_server_start(&srv[i], NULL) != 0) {
+            fprintf(stderr, "%s: cannot start redis-server %d\n", prog, i);
+            exit(2);
+        }
+    ts_redlock_url(url, ulen, srv, n);
+    ts_unique_prefix(prefix, plen);
+}
+
 /* st_start_server, or under STRESS_CLUSTER=1 a Cluster of three masters (srv stays unused:
  * st_url and st_finish then take the masters); exits 2 when it cannot start them. */
 static inline void st_start_server_cluster(ts_server_t *srv, const char *prog)

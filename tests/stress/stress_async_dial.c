@@ -75,16 +75,9 @@ static void pump(rs_client_t *c, long ms)
 int main(void)
 {
     long long t0 = st_mono_ms();
-    st_prog = "stress_async_dial";
     ts_server_t srv[NM];
-    for (int i = 0; i < NM; i++)
-        if (ts_server_start(&srv[i], NULL) != 0) {
-            fprintf(stderr, "stress_async_dial: cannot start redis-server %d\n", i);
-            return 2;
-        }
     char url[256], prefix[64];
-    ts_redlock_url(url, sizeof url, srv, NM);
-    ts_unique_prefix(prefix, sizeof prefix);
+    st_start_redlock(srv, NM, url, sizeof url, prefix, sizeof prefix, "stress_async_dial");
     unsigned seed = 11;
     int rounds = st_scaled(20);
     long long close_max = 0;

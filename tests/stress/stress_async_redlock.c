@@ -51,18 +51,11 @@ static void check_clean(ts_server_t *s, const char *prefix, const char *when)
 int main(void)
 {
     long long t0 = st_mono_ms();
-    st_prog = "stress_async_redlock";
     sa_conf.seed = 7;
     sa_conf.give_up_s = 240;
     ts_server_t srv[NM];
-    for (int i = 0; i < NM; i++)
-        if (ts_server_start(&srv[i], NULL) != 0) {
-            fprintf(stderr, "stress_async_redlock: cannot start redis-server %d\n", i);
-            return 2;
-        }
     char url[256], prefix[64];
-    ts_redlock_url(url, sizeof url, srv, NM);
-    ts_unique_prefix(prefix, sizeof prefix);
+    st_start_redlock(srv, NM, url, sizeof url, prefix, sizeof prefix, "stress_async_redlock");
     for (int i = 0; i < 2; i++)
         sa_client_init(&g_cl[i], i, st_open_url(url, prefix), "stress-rl-%d", st_scaled(1000),
                        st_scaled(150));
