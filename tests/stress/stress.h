@@ -340,6 +340,25 @@ static inline void st_check_closed(ts_server_t *srv, const char *which)
     }
 }
 
+/* st_check_closed on each of n masters ("master I" in its message). */
+static inline void st_check_masters(ts_server_t *srv, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char which[32];
+        snprintf(which, sizeof which, "master %d", i);
+        st_check_closed(&srv[i], which);
+    }
+}
+
+/* st_start_redlock's counterpart: every master checked for connections left open by the
+ * library, then stopped. */
+static inline void st_stop_redlock(ts_server_t *srv, int n)
+{
+    st_check_masters(srv, n);
+    for (int i = 0; i < n; i++)
+        ts_server_stop(&srv[i]);
+}
+
 /* The summary line (ok or FAILED, the time since started_ms, the counters); the exit status:
  * 1 when a check failed, else 0. */
 static inline int st_summary(long long started_ms)
@@ -357,11 +376,7 @@ static inline int st_summary(long long started_ms)
 static inline int st_finish(ts_server_t *srv, long long started_ms)
 {
     if (st_cluster_on) {
-        for (int i = 0; i < ST_CLUSTER_NODES; i++) {
-            char which[32];
-            snprintf(which, sizeof which, "master %d", i);
-            st_check_closed(&st_nodes[i], which);
-        }
+        st_check_masters(st_nodes, ST_CLUSTER_NODES);
         ts_cluster_stop(st_nodes, ST_CLUSTER_NODES);
     } else {
         st_check_closed(srv, "the server");

@@ -130,11 +130,6 @@ int main(void)
     if (st_verbose())
         fprintf(stderr, "stress_async_dial: %d rounds, the longest close %lld ms\n", rounds,
                 close_max);
-    for (int i = 0; i < NM; i++) {
-        char which[32];
-        snprintf(which, sizeof which, "master %d", i);
-        st_check_closed(&srv[i], which);
-        ts_server_stop(&srv[i]);
-    }
+    st_stop_redlock(srv, NM);
     return st_summary(t0);
 }

@@ -77,11 +77,6 @@ int main(void)
     check_clean(srv, prefix, "after the closes");
     for (int i = 0; i < 2; i++)
         sa_client_free(&g_cl[i]);
-    for (int i = 0; i < NM; i++) {
-        char which[32];
-        snprintf(which, sizeof which, "master %d", i);
-        st_check_closed(&srv[i], which);
-        ts_server_stop(&srv[i]);
-    }
+    st_stop_redlock(srv, NM);
     return st_summary(t0);
 }
