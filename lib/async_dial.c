@@ -167,6 +167,8 @@ void rs__adial_want(rs_async_t *as, rs_aconn_t *cn)
 {
     rs_adial_t *d = &as->dl;
     int i = (int)(cn - as->cn);
+    if (cn->dialing || as->draining || rs__now_ns() < cn->next_dial_ns)
+        return; /* under way, closing, or within its back-off */
     if (init(d) != 0) {
         snprintf(as->dial_err, sizeof as->dial_err, "cannot start a dialer thread");
         dial_failed(as, cn);

@@ -140,8 +140,7 @@ static rs_aconn_t *route(rs_async_t *as, rs_request_t *rq, const char *key, size
         as->cn[as->ncn].node = cluster ? as->ncn : -1;
     if (cn->ctx)
         return cn;
-    if (!cn->dialing && !as->draining && rs__now_ns() >= cn->next_dial_ns)
-        rs__adial_want(as, cn);
+    rs__adial_want(as, cn);
     return NULL;
 }
 
@@ -154,7 +153,7 @@ rs_aconn_t *rs__aq_master(rs_async_t *as, int i, int dial)
         return cn;
     /* one attempt: a master that is down costs one refused connect, not a retry loop, and
      * is not dialled again for a second (async_dial.c) */
-    if (dial && !cn->dialing && !as->draining && rs__now_ns() >= cn->next_dial_ns)
+    if (dial)
         rs__adial_want(as, cn);
     return NULL;
 }

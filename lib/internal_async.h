@@ -289,7 +289,7 @@ rs_aconn_t *rs__aq_master(rs_async_t *as, int i, int dial);
 /* async_dial.c: the dialer threads (each call the I/O thread's, but for forget) */
 /* Has cn dialled off the I/O thread (budget and back-off as before: 250 ms at most and 50
  * ms after a failure, under Redlock one attempt and a second): cn->dialing until the result
- * is taken. */
+ * is taken. Nothing while it is dialled already, while closing, or within its back-off. */
 void rs__adial_want(rs_async_t *as, rs_aconn_t *cn);
 /* Has the slot map loaded by a dialer thread, if it is stale and no load is under way. */
 void rs__adial_refresh(rs_async_t *as);
