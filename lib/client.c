@@ -10,8 +10,9 @@
  * client closing, cancels sleeping waiters, waits for calls in progress to return, releases
  * the holds still registered with the watchdog, stops the threads and frees what it can.
  * Handles keep a reference on the client (rs__client_ref, life.c) so that destroying a handle
- * after close touches no freed memory; the last reference frees it through c->destroy. In a child after fork() every call returns RS_EFORK and
- * close only frees memory: the parent's holds are the parent's.
+ * after close touches no freed memory; the last reference frees it through c->destroy. In a
+ * child after fork() every call returns RS_EFORK and close only frees memory: the parent's
+ * holds are the parent's.
  */
 #include <stdio.h>
 #include <stdlib.h>
